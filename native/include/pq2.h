@@ -1,0 +1,208 @@
+/*
+ * pq2.h - the C ABI of libpq2: PQ2_0 ternary-weight layouts, reference arithmetic and CUDA kernels.
+ *
+ * Plain C, fixed-width types, pointers and CUDA streams as `void *`. Every entry point returns a
+ * pq2_status; on failure pq2_last_error() (thread-local) names the offending values. The library
+ * never aborts, exits or prints.
+ *
+ * Host entry points (suffix _host or layout/format conversions) take host memory only. Device
+ * entry points (suffix _cuda) take device memory only; in a build without CUDA they return
+ * PQ2_ERR_NO_CUDA. Output buffers whose size is not fixed by the shape arguments come with a byte
+ * count that is checked; every other buffer must hold what its shape arguments say.
+ *
+ * The declarations between PQ2_CDEF_BEGIN and PQ2_CDEF_END are also the cffi declarations of the
+ * Python package (bindings/gen_cdef.py derives them from this file): keep them to plain
+ * declarations, `#define NAME <integer>` constants and enums with explicit values.
+ *
+ * ----------------------------------------------------------------------------------------------
+ * FORMATS (docs: ../shared/docs/FORMATS.md, README "Formats and layouts")
+ *   PQ2_0 block, 34 bytes per 128 weights: fp16 scale d, then qs[32]; weight j is the 2-bit code
+ *   at shift 2*(j%4) of qs[j/4]; value = (code - 1) * d. Code 3 (= +2) is valid.
+ *
+ * LAYOUTS of a PQ2_0 matrix with N rows (outputs) and K columns (inputs), K % 128 == 0, G = K/128:
+ *   PQ2_LAYOUT_RAW     N rows of G blocks of 34 bytes, as stored in GGUF. N*G*34 bytes.
+ *   PQ2_LAYOUT_PLANES  code plane then scale plane, one buffer, N*G*34 bytes:
+ *                        codes[n][g*32 + b] = qs[b] of block (n, g)          (N x K/4 bytes)
+ *                        scales[n][g]       = d of block (n, g), fp16 LE     (N x G, at byte N*K/4)
+ *   PQ2_LAYOUT_TILES   tile-major for the m16n8k32 int8 MMA fragment. TR = 16*RT rows per tile,
+ *                      RT in {1, 2, 4}; T = ceil(N / TR) tiles; rows N..T*TR-1 are padding
+ *                      (codes 0x55 = all zero weights, scale +0.0). Code region, T*G*RT*512 bytes:
+ *                        byte offset ((t*G + g)*RT + r)*512 + L*16 + j, for tile t, group g,
+ *                        sub-tile r (rows t*TR + 16r .. +15), lane L = 4*gid + tq (0..31),
+ *                        j in 0..15:
+ *                          j <  8: qs[tq*8 + j]     of block (t*TR + 16r + gid,     g)
+ *                          j >= 8: qs[tq*8 + j - 8] of block (t*TR + 16r + gid + 8, g)
+ *                      so one 16-byte load per lane yields that lane's A fragment for rows
+ *                      {gid, gid+8} of the sub-tile. Scale region follows at byte T*G*RT*512:
+ *                        fp16 at index (t*G + g)*TR + row_in_tile.
+ *                      Total (T*TR)*G*34 bytes (= N*G*34 when N % TR == 0).
+ *
+ * MMA column order used by both GPU layouts (and by the activation fragments): within one
+ * 128-group and plane s, MMA column c of lane-quad tq maps to code byte tq*8 + (c%4) for
+ * c = tq*4 + (0..3) and to tq*8 + 4 + (c%4) for c = 16 + tq*4 + (0..3).
+ *
+ * ACTIVATIONS (group-128 Q8, FORMATS.md): for x[M][K] (row-major), per row m and group g:
+ *   scale[m][g] = max|x| * (1.0f/127) (fp32, reciprocal multiply),
+ *   q = clamp(rint(x / scale), -127, 127) (correctly rounded fp32 division; scale 0 -> divide by 1),
+ *   q8[m][g*128 + (i%4)*32 + i/4] = q of element g*128 + i   ("plane order"),
+ *   sums[m][g] = sum of the 128 q (int32).
+ * ---------------------------------------------------------------------------------------------- */
+#ifndef PQ2_H
+#define PQ2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(_WIN32)
+#define PQ2_API __declspec(dllexport)
+#else
+#define PQ2_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* PQ2_CDEF_BEGIN */
+
+/* Bumped on any incompatible change of a signature, struct, enum value or layout. */
+#define PQ2_ABI_VERSION 1
+
+/* Format version written to repacked files as pyq2.format_version. */
+#define PQ2_FORMAT_VERSION 1
+
+#define PQ2_BLOCK_WEIGHTS 128
+#define PQ2_BLOCK_BYTES 34
+#define PTQ1_BLOCK_BYTES 28
+#define TQ2_BLOCK_WEIGHTS 256
+#define TQ2_BLOCK_BYTES 66
+
+/* Largest batch the small-batch (decode) matmul family serves. */
+#define PQ2_DECODE_MAX_M 16
+
+typedef enum pq2_status {
+    PQ2_OK = 0,
+    PQ2_ERR_INVALID_ARGUMENT = 1, /* a value out of range: dtype, layout, rt, flags */
+    PQ2_ERR_NULL_POINTER = 2,
+    PQ2_ERR_SHAPE = 3,            /* K % 128, N or M out of range, buffer size mismatch */
+    PQ2_ERR_ALIGNMENT = 4,        /* a pointer not aligned as the entry point requires */
+    PQ2_ERR_UNREPRESENTABLE = 5,  /* data the target format cannot hold (code 3 into PTQ1_0) */
+    PQ2_ERR_NO_CUDA = 6,          /* library built without CUDA */
+    PQ2_ERR_CUDA = 7,             /* a CUDA runtime error; the message has its name */
+    PQ2_ERR_UNSUPPORTED = 8,      /* valid request this build or device does not serve */
+    PQ2_ERR_WORKSPACE = 9         /* workspace missing or smaller than the size query said */
+} pq2_status;
+
+typedef enum pq2_layout {
+    PQ2_LAYOUT_RAW = 0,
+    PQ2_LAYOUT_PLANES = 1,
+    PQ2_LAYOUT_TILES = 2
+} pq2_layout;
+
+typedef enum pq2_dtype {
+    PQ2_DTYPE_F32 = 0,
+    PQ2_DTYPE_F16 = 1,
+    PQ2_DTYPE_BF16 = 2
+} pq2_dtype;
+
+/* A PQ2_0 weight matrix W[N][K] in one of the layouts. `data` is host memory for host entry
+ * points and device memory for _cuda entry points. rt is 1, 2 or 4 for PQ2_LAYOUT_TILES and
+ * ignored (pass 0) otherwise. */
+typedef struct pq2_weights {
+    const void *data;
+    int64_t n;
+    int64_t k;
+    int32_t layout;
+    int32_t rt;
+} pq2_weights;
+
+/* ---- library ---- */
+PQ2_API uint32_t pq2_abi_version(void);
+PQ2_API const char *pq2_version_string(void);          /* e.g. "0.1.0 (cuda sm_90a,sm_80)" */
+PQ2_API int32_t pq2_built_with_cuda(void);             /* 1 when the CUDA half is compiled in */
+PQ2_API const char *pq2_status_name(int32_t status);   /* "PQ2_ERR_SHAPE", never NULL */
+PQ2_API const char *pq2_last_error(void);              /* thread-local; "" after success */
+
+/* ---- layouts (host memory) ---- */
+/* Bytes a matrix of n x k takes in `layout` (rt for TILES). */
+PQ2_API pq2_status pq2_layout_bytes(int32_t layout, int64_t n, int64_t k, int32_t rt, size_t *bytes);
+/* Any layout to any layout. src->data holds pq2_layout_bytes(src) bytes; dst_bytes must equal
+ * pq2_layout_bytes(dst_layout, n, k, dst_rt). Converting to TILES writes the padding rows;
+ * converting from TILES ignores them. src and dst must not overlap. */
+PQ2_API pq2_status pq2_convert_layout(const pq2_weights *src, void *dst, size_t dst_bytes,
+                                      int32_t dst_layout, int32_t dst_rt);
+
+/* ---- formats to and from PQ2_0 raw blocks (host memory), n_blocks 128-weight blocks ---- */
+/* PTQ1_0 (28-byte blocks) -> PQ2_0 (34-byte blocks), lossless. */
+PQ2_API pq2_status pq2_ptq1_to_pq2(const void *src, size_t src_bytes, void *dst, size_t dst_bytes,
+                                   int64_t n_blocks);
+/* PQ2_0 -> PTQ1_0; a block holding code 3 fails with PQ2_ERR_UNREPRESENTABLE naming the row and
+ * block (row = block / blocks_per_row; pass blocks_per_row = K/128, or n_blocks for a flat
+ * list). dst is left unspecified on failure. */
+PQ2_API pq2_status pq2_pq2_to_ptq1(const void *src, size_t src_bytes, void *dst, size_t dst_bytes,
+                                   int64_t n_blocks, int64_t blocks_per_row);
+/* TQ2_0 (66-byte blocks of 256 weights) -> PQ2_0, lossless: each half block becomes one PQ2_0
+ * block with the same scale. n_tq2_blocks input blocks give 2*n_tq2_blocks output blocks. */
+PQ2_API pq2_status pq2_tq2_to_pq2(const void *src, size_t src_bytes, void *dst, size_t dst_bytes,
+                                  int64_t n_tq2_blocks);
+
+/* ---- reference arithmetic (host memory) ---- */
+/* out[N][K] f32 = dequantised weights (code - 1) * d; out_bytes must be N*K*4. */
+PQ2_API pq2_status pq2_dequantize_host(const pq2_weights *w, float *out, size_t out_bytes);
+/* Group-128 Q8 of x[m][k] (f32, row-major): q8[m][k] in plane order, scales[m][k/128] f32,
+ * sums[m][k/128] int32. */
+PQ2_API pq2_status pq2_quantize_q8_host(const float *x, int64_t m, int64_t k, int8_t *q8,
+                                        float *scales, int32_t *sums);
+/* y[m][N] f32 = x[m][K] . W^T through the Q8 integer path: per (row, group) the exact integer
+ * dot(code, q) - sums is scaled by d_w * d_x in fp32 and accumulated over groups in fp32 in
+ * increasing g. The reference GPU results are checked against. */
+PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, int64_t m, float *y);
+
+/* ---- CUDA (device memory; PQ2_ERR_NO_CUDA without CUDA) ---- */
+/* One-time setup for the current device (kernel attributes, device properties). Optional:
+ * every entry point calls it on first use, but a host that captures CUDA graphs should call it
+ * once before capture. */
+PQ2_API pq2_status pq2_cuda_init(void);
+/* Group-128 Q8 of x[m][k] on the GPU, bit-exact with pq2_quantize_q8_host. x is f32, f16 or
+ * bf16 by x_dtype; x 16-byte aligned, rows contiguous. */
+PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t m, int64_t k,
+                                        int8_t *q8, float *scales, int32_t *sums, void *stream);
+/* Launch configuration of the small-batch (decode) kernel family. Hosts normally pass NULL and
+ * get the dispatcher's choice (a table tuned per shape by tools/tune_decode.py); the tuner and
+ * tests pass explicit values. */
+typedef struct pq2_decode_config {
+    int32_t rt;     /* 16-row sub-tiles per warp: 1, 2 or 4 (TILES: must equal the layout's rt) */
+    int32_t warps;  /* warps per block, splitting the block's K range: 1, 2, 4 or 8 */
+    int32_t unroll; /* 128-groups each warp keeps in flight: 1, 2 or 4 */
+    int32_t split;  /* blocks along K (split-K, reduced in fixed order): 1..64 */
+} pq2_decode_config;
+
+/* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */
+PQ2_API pq2_status pq2_decode_config_for(const pq2_weights *w, int64_t m, pq2_decode_config *cfg);
+/* Workspace bytes pq2_matmul_cuda / pq2_matmul_q8_cuda need for this problem with cfg (NULL =
+ * the dispatcher's choice). Pure: depends only on its arguments and the device. */
+PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, int64_t m,
+                                             const pq2_decode_config *cfg, size_t *bytes);
+/* y[m][N] (y_dtype) = x[m][K] (x_dtype) . W^T with W in PLANES or TILES layout on the device.
+ * Quantises x to Q8 inside the call (into the workspace), accumulates in fp32; m in
+ * 1..PQ2_DECODE_MAX_M. No allocation, synchronisation or host<->device copy: safe to capture in
+ * a CUDA graph. Deterministic: the same inputs and configuration give the same bits on every
+ * run. Pointers 16-byte aligned (x, y, weights), workspace 256-byte aligned with at least
+ * pq2_matmul_workspace_size() bytes; the workspace holds no state between calls. */
+PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t x_dtype, void *y,
+                                   int32_t y_dtype, int64_t m, const pq2_decode_config *cfg,
+                                   void *workspace, size_t workspace_bytes, void *stream);
+/* The same product on activations already quantised by pq2_quantize_q8_cuda (q8, scales, sums
+ * exactly as that call writes them). */
+PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int8_t *q8, const float *scales,
+                                      const int32_t *sums, void *y, int32_t y_dtype, int64_t m,
+                                      const pq2_decode_config *cfg, void *workspace,
+                                      size_t workspace_bytes, void *stream);
+
+/* PQ2_CDEF_END */
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PQ2_H */

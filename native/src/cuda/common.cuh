@@ -1,0 +1,103 @@
+// common.cuh - what every CUDA file of libpq2 shares: error plumbing, dtype conversion, the
+// int8 MMA wrapper and THE one GPU helper that knows the PQ2 2-bit code order (pq2_plane).
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "internal.h"
+
+// ---- errors ---------------------------------------------------------------------------------
+
+// Turns a CUDA runtime error into a status + message naming the entry point and the call.
+#define PQ2_CUDA_TRY(fn, call)                                                                  \
+    do {                                                                                        \
+        cudaError_t pq2_err_ = (call);                                                          \
+        if (pq2_err_ != cudaSuccess)                                                            \
+            return pq2_set_error(PQ2_ERR_CUDA, "%s: %s failed: %s (%s)", fn, #call,             \
+                                 cudaGetErrorName(pq2_err_), cudaGetErrorString(pq2_err_));     \
+    } while (0)
+
+// After a launch: launch-configuration errors surface here (never a sticky device error).
+static inline pq2_status pq2_launch_status(const char *fn)
+{
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return pq2_set_error(PQ2_ERR_CUDA, "%s: kernel launch failed: %s (%s)", fn,
+                             cudaGetErrorName(e), cudaGetErrorString(e));
+    return pq2_ok();
+}
+
+static inline bool pq2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
+
+#define PQ2_CHECK_ALIGN(fn, ptr, a)                                                             \
+    do {                                                                                        \
+        if (!pq2_aligned((ptr), (a)))                                                           \
+            return pq2_set_error(PQ2_ERR_ALIGNMENT, "%s: %s = %p is not %d-byte aligned", fn,   \
+                                 #ptr, (const void *)(ptr), (int)(a));                          \
+    } while (0)
+
+// ---- dtypes ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ float pq2_load_as_f32(const void *p, size_t i, int dtype)
+{
+    switch (dtype) {
+    case PQ2_DTYPE_F16: return __half2float(((const __half *)p)[i]);
+    case PQ2_DTYPE_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
+    default: return ((const float *)p)[i];
+    }
+}
+
+__device__ __forceinline__ void pq2_store_from_f32(void *p, size_t i, int dtype, float v)
+{
+    switch (dtype) {
+    case PQ2_DTYPE_F16: ((__half *)p)[i] = __float2half_rn(v); break;
+    case PQ2_DTYPE_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v); break;
+    default: ((float *)p)[i] = v; break;
+    }
+}
+
+// ---- loads ----------------------------------------------------------------------------------
+
+// Weight bytes are read exactly once per call: keep them out of L1 so the activations stay.
+__device__ __forceinline__ uint4 pq2_ld_stream16(const void *p)
+{
+    uint4 v;
+    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ uint2 pq2_ld_stream8(const void *p)
+{
+    uint2 v;
+    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(p));
+    return v;
+}
+
+// ---- the 2-bit code order on the GPU --------------------------------------------------------
+// A code byte holds the codes of 4 consecutive weights, weight 4b+s at bits 2s..2s+1. Masking a
+// 32-bit word of code bytes with the plane-s mask leaves code * 4^s in every byte (at most 192:
+// the MMA reads A as u8), i.e. the codes that meet activation plane s of the Q8 plane order.
+// The exact int32 MMA result of plane s is therefore 4^s times the plane's dot product.
+template <int S>
+__device__ __forceinline__ uint32_t pq2_plane(uint32_t codes)
+{
+    return codes & (0x03030303u << (2 * S));
+}
+
+// D = A(16x32 u8, row) * B(32x8 s8, col) + C, int32 exact.
+__device__ __forceinline__ void pq2_mma_u8s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                             uint32_t b1, const int (&c)[4])
+{
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+                 : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]),
+                   "r"(c[1]), "r"(c[2]), "r"(c[3]));
+}

@@ -1,0 +1,259 @@
+// dispatch.cu - the CUDA entry points of pq2.h: argument checks, workspace carving, the
+// configuration table of the decode family and its fallback rule, one-time device setup.
+#include <atomic>
+
+#include "decode.cuh"
+#include "quantize.cuh"
+
+// ---- device setup ---------------------------------------------------------------------------
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+// Per-device facts read once (init-time cache; the only global state of the library).
+std::atomic<int> g_sms[kMaxDevices];   // multiprocessor count, 0 = not read yet
+std::atomic<int> g_cc[kMaxDevices];    // compute capability major*10+minor
+
+pq2_status device_facts(const char *fn, int *sms)
+{
+    int dev = 0;
+    PQ2_CUDA_TRY(fn, cudaGetDevice(&dev));
+    if (dev < 0 || dev >= kMaxDevices)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: device ordinal %d is beyond %d", fn, dev, kMaxDevices);
+    int n = g_sms[dev].load(std::memory_order_acquire);
+    if (n == 0) {
+        int major = 0, minor = 0;
+        PQ2_CUDA_TRY(fn, cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
+        PQ2_CUDA_TRY(fn, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        PQ2_CUDA_TRY(fn, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+        g_cc[dev].store(major * 10 + minor, std::memory_order_relaxed);
+        g_sms[dev].store(n, std::memory_order_release);
+    }
+    const int cc = g_cc[dev].load(std::memory_order_relaxed);
+    if (cc < 80)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                             "%s: device %d has compute capability %d.%d; pq2 kernels need 8.0 or "
+                             "newer (int8 mma.m16n8k32)", fn, dev, cc / 10, cc % 10);
+    *sms = n;
+    return PQ2_OK;
+}
+
+// ---- the decode configuration table ---------------------------------------------------------
+
+struct tuned_entry {
+    int32_t layout;
+    int32_t m_max;  // serves m <= m_max (and above the previous entry's m_max for this shape)
+    int64_t n, k;
+    int32_t layout_rt;  // TILES: the layout's rt this entry is for; PLANES: 0
+    pq2_decode_config cfg;
+};
+
+#define TILES PQ2_LAYOUT_TILES
+#define PLANES PQ2_LAYOUT_PLANES
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, rt, warps, unroll, split) \
+    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, split}},
+const tuned_entry kTable[] = {
+#include "decode_table.inc"
+    {-1, 0, 0, 0, 0, {0, 0, 0, 0}}};
+#undef PQ2_TUNED
+#undef TILES
+#undef PLANES
+
+int token_blocks(int64_t m) { return m <= 8 ? 1 : 2; }
+
+// Fallback for shapes the table does not list: enough blocks to cover every SM a few times,
+// split-K when the rows alone cannot, each warp keeping ~2-4 KB of weights in flight.
+pq2_decode_config fallback_config(const pq2_view &v, int64_t m, int sms)
+{
+    pq2_decode_config c;
+    const int nt = token_blocks(m);
+    if (v.layout == PQ2_LAYOUT_TILES) c.rt = v.rt;
+    else c.rt = pq2_decode_row_blocks(v.n, 2) >= 2 * sms ? 2 : 1;
+    c.unroll = c.rt == 4 ? (nt == 1 ? 2 : 1) : (nt == 1 ? 4 : 2);
+    const int64_t chunks = (v.groups + c.unroll - 1) / c.unroll;
+    c.warps = chunks >= 8 ? 8 : chunks >= 4 ? 4 : chunks >= 2 ? 2 : 1;
+    const int64_t blocks = pq2_decode_row_blocks(v.n, c.rt);
+    const int64_t want = 4LL * sms;
+    int64_t split = blocks >= want ? 1 : (want + blocks - 1) / blocks;
+    const int64_t max_split = chunks / c.warps > 1 ? chunks / c.warps : 1;
+    if (split > max_split) split = max_split;
+    if (split > 64) split = 64;
+    c.split = (int32_t)split;
+    return c;
+}
+
+pq2_decode_config choose_config(const pq2_view &v, int64_t m, int sms)
+{
+    for (const tuned_entry *e = kTable; e->layout >= 0; ++e)
+        if (e->layout == v.layout && e->n == v.n && e->k == v.k && m <= e->m_max &&
+            (v.layout != PQ2_LAYOUT_TILES || e->layout_rt == v.rt))
+            return e->cfg;
+    return fallback_config(v, m, sms);
+}
+
+// Workspace carving, every region 256-byte aligned.
+struct workspace_plan {
+    size_t q8, xs, sums, counters, partial, total;
+};
+
+size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
+
+workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_decode_config &cfg)
+{
+    workspace_plan w;
+    int64_t per;
+    int32_t splits;
+    pq2_decode_split(v.groups, cfg.split, &per, &splits);
+    size_t off = 0;
+    w.q8 = off, off = align256(off + (size_t)m * v.k);
+    w.xs = off, off = align256(off + (size_t)m * v.groups * sizeof(float));
+    w.sums = off, off = align256(off + (size_t)m * v.groups * sizeof(int32_t));
+    w.counters = off;
+    if (splits > 1) off = align256(off + (size_t)pq2_decode_row_blocks(v.n, cfg.rt) * sizeof(uint32_t));
+    w.partial = off;
+    if (splits > 1) off = align256(off + (size_t)splits * m * v.n * sizeof(float));
+    w.total = off;
+    return w;
+}
+
+// Shared checks of the matmul entry points: weights view, m, dtype, config; fills v and cfg.
+pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dtype,
+                   const pq2_decode_config *cfg_in, pq2_view *v, pq2_decode_config *cfg, int *sms)
+{
+    PQ2_CHECK(pq2_view_of_weights(v, fn, "", w));
+    if (v->layout != PQ2_LAYOUT_PLANES && v->layout != PQ2_LAYOUT_TILES)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: weights in layout %s; the GPU kernels read planes or tiles "
+                             "(convert once with pq2_convert_layout / pyq2 repack)",
+                             fn, pq2_layout_name(v->layout));
+    if (m < 1 || m > PQ2_DECODE_MAX_M)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld; the decode kernels serve m in 1..%d", fn,
+                             (long long)m, PQ2_DECODE_MAX_M);
+    if (y_dtype != PQ2_DTYPE_F32 && y_dtype != PQ2_DTYPE_F16 && y_dtype != PQ2_DTYPE_BF16)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: y_dtype=%d is not f32 (0), f16 (1) or bf16 (2)",
+                             fn, (int)y_dtype);
+    PQ2_CHECK_ALIGN(fn, w->data, 16);
+    PQ2_CHECK(device_facts(fn, sms));
+    *cfg = cfg_in ? *cfg_in : choose_config(*v, m, *sms);
+    return pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m);
+}
+
+pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config &cfg, int64_t m,
+                      const int8_t *q8, const float *xs, const int32_t *sums, void *y,
+                      int32_t y_dtype, uint8_t *ws, const workspace_plan &plan, cudaStream_t stream)
+{
+    pq2_decode_problem p;
+    p.codes = v.data;
+    p.wscales = reinterpret_cast<const uint16_t *>(v.data + v.scale_offset);
+    p.q8 = q8, p.xs = xs, p.sums = sums, p.y = y;
+    p.partial = reinterpret_cast<float *>(ws + plan.partial);
+    p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
+    p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
+    return pq2_decode_launch(fn, p, cfg, stream);
+}
+
+}  // namespace
+
+// ---- entry points ---------------------------------------------------------------------------
+
+extern "C" PQ2_API pq2_status pq2_cuda_init(void)
+{
+    int sms;
+    PQ2_CHECK(device_facts("pq2_cuda_init", &sms));
+    return pq2_ok();
+}
+
+extern "C" PQ2_API pq2_status pq2_decode_config_for(const pq2_weights *w, int64_t m,
+                                                    pq2_decode_config *cfg)
+{
+    static const char fn[] = "pq2_decode_config_for";
+    PQ2_CHECK_PTR(fn, cfg);
+    pq2_view v;
+    int sms;
+    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, nullptr, &v, cfg, &sms));
+    return pq2_ok();
+}
+
+extern "C" PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, int64_t m,
+                                                        const pq2_decode_config *cfg_in, size_t *bytes)
+{
+    static const char fn[] = "pq2_matmul_workspace_size";
+    PQ2_CHECK_PTR(fn, bytes);
+    pq2_view v;
+    pq2_decode_config cfg;
+    int sms;
+    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, cfg_in, &v, &cfg, &sms));
+    *bytes = plan_workspace(v, m, cfg).total;
+    return pq2_ok();
+}
+
+static pq2_status check_workspace(const char *fn, void *workspace, size_t bytes, size_t need)
+{
+    if (need > 0 && workspace == nullptr)
+        return pq2_set_error(PQ2_ERR_WORKSPACE, "%s: workspace is NULL; %zu bytes needed", fn, need);
+    if (bytes < need)
+        return pq2_set_error(PQ2_ERR_WORKSPACE, "%s: workspace_bytes=%zu < %zu needed", fn, bytes, need);
+    PQ2_CHECK_ALIGN(fn, workspace, 256);
+    return PQ2_OK;
+}
+
+extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t x_dtype,
+                                              void *y, int32_t y_dtype, int64_t m,
+                                              const pq2_decode_config *cfg_in, void *workspace,
+                                              size_t workspace_bytes, void *stream)
+{
+    static const char fn[] = "pq2_matmul_cuda";
+    PQ2_CHECK_PTR(fn, x);
+    PQ2_CHECK_PTR(fn, y);
+    PQ2_CHECK_ALIGN(fn, x, 16);
+    PQ2_CHECK_ALIGN(fn, y, 16);
+    if (x_dtype != PQ2_DTYPE_F32 && x_dtype != PQ2_DTYPE_F16 && x_dtype != PQ2_DTYPE_BF16)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: x_dtype=%d is not f32 (0), f16 (1) or bf16 (2)",
+                             fn, (int)x_dtype);
+    pq2_view v;
+    pq2_decode_config cfg;
+    int sms;
+    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &v, &cfg, &sms));
+    const workspace_plan plan = plan_workspace(v, m, cfg);
+    PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, plan.total));
+    uint8_t *ws = static_cast<uint8_t *>(workspace);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    const int32_t n_counters = plan.partial > plan.counters
+        ? (int32_t)pq2_decode_row_blocks(v.n, cfg.rt) : 0;
+    int8_t *q8 = reinterpret_cast<int8_t *>(ws + plan.q8);
+    float *xs = reinterpret_cast<float *>(ws + plan.xs);
+    int32_t *sums = reinterpret_cast<int32_t *>(ws + plan.sums);
+    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, v.k, q8, xs, sums,
+                                  reinterpret_cast<uint32_t *>(ws + plan.counters), n_counters, s));
+    PQ2_CHECK(run_decode(fn, v, cfg, m, q8, xs, sums, y, y_dtype, ws, plan, s));
+    return pq2_ok();
+}
+
+extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int8_t *q8,
+                                                 const float *scales, const int32_t *sums, void *y,
+                                                 int32_t y_dtype, int64_t m,
+                                                 const pq2_decode_config *cfg_in, void *workspace,
+                                                 size_t workspace_bytes, void *stream)
+{
+    static const char fn[] = "pq2_matmul_q8_cuda";
+    PQ2_CHECK_PTR(fn, q8);
+    PQ2_CHECK_PTR(fn, scales);
+    PQ2_CHECK_PTR(fn, sums);
+    PQ2_CHECK_PTR(fn, y);
+    PQ2_CHECK_ALIGN(fn, q8, 16);
+    PQ2_CHECK_ALIGN(fn, scales, 4);
+    PQ2_CHECK_ALIGN(fn, sums, 4);
+    PQ2_CHECK_ALIGN(fn, y, 16);
+    pq2_view v;
+    pq2_decode_config cfg;
+    int sms;
+    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &v, &cfg, &sms));
+    const workspace_plan plan = plan_workspace(v, m, cfg);
+    PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, plan.total));
+    uint8_t *ws = static_cast<uint8_t *>(workspace);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    if (plan.partial > plan.counters)  // split-K counters must start at zero
+        PQ2_CUDA_TRY(fn, cudaMemsetAsync(ws + plan.counters, 0, plan.partial - plan.counters, s));
+    PQ2_CHECK(run_decode(fn, v, cfg, m, q8, scales, sums, y, y_dtype, ws, plan, s));
+    return pq2_ok();
+}

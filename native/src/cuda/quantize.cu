@@ -1,0 +1,121 @@
+// quantize.cu - group-128 Q8 activation quantisation on the GPU (FORMATS.md), bit-exact with
+// pq2_quantize_q8_host: scale = max|x| * (1.0f/127), q = clamp(rint(x / scale), -127, 127) with a
+// correctly rounded fp32 division, plane order q8[g*128 + (i%4)*32 + i/4], int32 group sums.
+#include "quantize.cuh"
+
+namespace {
+
+constexpr int kWarpsPerBlock = 8;
+
+template <int DTYPE>
+__device__ __forceinline__ void load4(const void *x, size_t i, float (&v)[4])
+{
+    if constexpr (DTYPE == PQ2_DTYPE_F32) {
+        float4 f = *reinterpret_cast<const float4 *>(static_cast<const float *>(x) + i);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else if constexpr (DTYPE == PQ2_DTYPE_F16) {
+        uint2 u = *reinterpret_cast<const uint2 *>(static_cast<const __half *>(x) + i);
+        float2 a = __half22float2(*reinterpret_cast<__half2 *>(&u.x));
+        float2 b = __half22float2(*reinterpret_cast<__half2 *>(&u.y));
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    } else {
+        uint2 u = *reinterpret_cast<const uint2 *>(static_cast<const __nv_bfloat16 *>(x) + i);
+        float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.x));
+        float2 b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.y));
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    }
+}
+
+// One warp per (row, group); lane L owns elements 4L..4L+3, so element 4L+j goes to plane j at
+// position L: each of the four byte stores of a warp writes 32 consecutive bytes.
+template <int DTYPE>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__restrict__ q8,
+                   float *__restrict__ scales, int32_t *__restrict__ sums,
+                   uint32_t *__restrict__ zero, int32_t n_zero)
+{
+    // The matmul's split-K completion counters live in the same workspace: clearing them here,
+    // in the launch that precedes the matmul, makes every call independent of the last one.
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_zero; i += gridDim.x * blockDim.x)
+        zero[i] = 0;
+
+    const int lane = threadIdx.x & 31;
+    const int64_t groups = k >> 7;
+    const int64_t task = (int64_t)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+    if (task >= m * groups) return;
+    const int64_t row = task / groups, g = task - row * groups;
+
+    float v[4];
+    load4<DTYPE>(x, (size_t)row * k + g * 128 + lane * 4, v);
+    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+
+    const float scale = amax * (1.0f / 127.0f);
+    const float div = scale > 0.0f ? scale : 1.0f;
+    int8_t *out = q8 + (size_t)row * k + g * 128 + lane;
+    int sum = 0;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        // __fdiv_rn: the correctly rounded division the spec names, even under fast-math flags.
+        float q = fminf(127.0f, fmaxf(-127.0f, rintf(__fdiv_rn(v[j], div))));
+        int qi = (int)q;
+        out[j * 32] = (int8_t)qi;
+        sum += qi;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane == 0) {
+        scales[row * groups + g] = scale;
+        sums[row * groups + g] = sum;
+    }
+}
+
+}  // namespace
+
+pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m,
+                               int64_t k, int8_t *q8, float *scales, int32_t *sums,
+                               uint32_t *zero, int32_t n_zero, cudaStream_t stream)
+{
+    const int64_t tasks = m * (k >> 7);
+    const int64_t blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    if (blocks > INT32_MAX)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld k=%lld is too large", fn, (long long)m,
+                             (long long)k);
+    dim3 grid((unsigned)blocks), block(kWarpsPerBlock * 32);
+    switch (x_dtype) {
+    case PQ2_DTYPE_F32:
+        quantize_q8_kernel<PQ2_DTYPE_F32><<<grid, block, 0, stream>>>(x, m, k, q8, scales, sums, zero, n_zero);
+        break;
+    case PQ2_DTYPE_F16:
+        quantize_q8_kernel<PQ2_DTYPE_F16><<<grid, block, 0, stream>>>(x, m, k, q8, scales, sums, zero, n_zero);
+        break;
+    case PQ2_DTYPE_BF16:
+        quantize_q8_kernel<PQ2_DTYPE_BF16><<<grid, block, 0, stream>>>(x, m, k, q8, scales, sums, zero, n_zero);
+        break;
+    default:
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: x_dtype=%d is not f32 (0), f16 (1) or bf16 (2)",
+                             fn, (int)x_dtype);
+    }
+    return pq2_launch_status(fn);
+}
+
+extern "C" PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t m,
+                                                   int64_t k, int8_t *q8, float *scales,
+                                                   int32_t *sums, void *stream)
+{
+    static const char fn[] = "pq2_quantize_q8_cuda";
+    PQ2_CHECK_PTR(fn, x);
+    PQ2_CHECK_PTR(fn, q8);
+    PQ2_CHECK_PTR(fn, scales);
+    PQ2_CHECK_PTR(fn, sums);
+    if (m <= 0 || k <= 0 || k % 128 != 0)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld k=%lld: need m > 0 and k a positive multiple of 128",
+                             fn, (long long)m, (long long)k);
+    PQ2_CHECK_ALIGN(fn, x, 16);
+    PQ2_CHECK_ALIGN(fn, scales, 4);
+    PQ2_CHECK_ALIGN(fn, sums, 4);
+    PQ2_CHECK(pq2_cuda_init());
+    return pq2_quantize_launch(fn, x, x_dtype, m, k, q8, scales, sums, nullptr, 0,
+                               static_cast<cudaStream_t>(stream));
+}

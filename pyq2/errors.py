@@ -1,0 +1,22 @@
+"""Exceptions of pyq2. Library failures carry the C status and the library's own message."""
+
+
+class Pq2Error(Exception):
+    """A libpq2 call returned a non-zero status; the message is pq2_last_error()."""
+
+    def __init__(self, status_name: str, message: str, status: int = -1):
+        super().__init__(f"{status_name}: {message}" if message else status_name)
+        self.status = status
+        self.status_name = status_name
+        self.message = message
+
+
+class LibraryError(Pq2Error):
+    """libpq2 could not be found, loaded, or is the wrong ABI version."""
+
+    def __init__(self, message: str):
+        super().__init__("PQ2_LIBRARY", message)
+
+
+class FormatError(ValueError):
+    """Malformed input data or file: bad magic, truncated, unknown type, bad shape, bad scale."""

@@ -1,0 +1,156 @@
+"""numpy reference of the resident layouts of a PQ2_0 matrix (pq2.h, "LAYOUTS").
+
+    raw     N rows of G = K/128 blocks of 34 bytes (GGUF order).
+    planes  codes[n][g*32 + b] = qs[b] of block (n, g)  (N x K/4 bytes), then
+            scales[n][g] fp16 LE                          (N x G, at byte N*K/4).
+    tiles   TR = 16*RT rows per tile, T = ceil(N/TR); rows N..T*TR-1 are padding (codes 0x55,
+            scale +0.0). Code byte ((t*G + g)*RT + r)*512 + L*16 + j, lane L = 4*gid + tq:
+            j < 8 -> qs[tq*8 + j] of row t*TR + 16r + gid, j >= 8 -> qs[tq*8 + j-8] of row
+            t*TR + 16r + gid + 8 (block g). Scales at byte T*G*RT*512, fp16 index
+            (t*G + g)*TR + row_in_tile.
+
+Every conversion is one reshape + transpose (a fixed permutation of bytes); scales move as fp16
+values without arithmetic, so every byte survives. All functions return flat uint8 arrays.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS, PQ2_ZERO_QS_BYTE, as_bytes, \
+    pq2_fields, pq2_from_fields
+
+# Layout names and their pq2_layout values (PQ2_LAYOUT_RAW, _PLANES, _TILES).
+LAYOUTS = {"raw": 0, "planes": 1, "tiles": 2}
+TILE_RTS = (1, 2, 4)
+TILE_ROWS_PER_RT = 16   # rows of one m16n8k32 A fragment
+SUBTILE_BYTES = 512     # 32 lanes x 16 bytes = 16 rows x 32 code bytes
+
+
+def layout_id(layout) -> int:
+    """The pq2_layout value of a layout name ("raw", "planes", "tiles") or value (0, 1, 2)."""
+    if isinstance(layout, str):
+        if layout.lower() in LAYOUTS:
+            return LAYOUTS[layout.lower()]
+    elif isinstance(layout, (int, np.integer)) and int(layout) in LAYOUTS.values():
+        return int(layout)
+    raise ValueError(f"unknown layout {layout!r}: expected one of {sorted(LAYOUTS)} or "
+                     f"{sorted(LAYOUTS.values())}")
+
+
+def layout_name(layout) -> str:
+    lid = layout_id(layout)
+    return next(name for name, v in LAYOUTS.items() if v == lid)
+
+
+def _check_shape(n: int, k: int) -> int:
+    if n < 1 or k < 1 or k % PQ2_BLOCK_WEIGHTS:
+        raise ValueError(f"bad PQ2_0 matrix shape N={n}, K={k}: need N >= 1 and K a positive "
+                         f"multiple of {PQ2_BLOCK_WEIGHTS}")
+    return k // PQ2_BLOCK_WEIGHTS
+
+
+def _check_rt(rt: int) -> int:
+    if rt not in TILE_RTS:
+        raise ValueError(f"tile-major layout needs rt in {TILE_RTS}, got rt={rt}")
+    return TILE_ROWS_PER_RT * rt
+
+
+def _n_tiles(n: int, tr: int) -> int:
+    return -(-n // tr)
+
+
+def layout_bytes(layout, n: int, k: int, rt: int = 0) -> int:
+    """Bytes an n x k PQ2_0 matrix takes in `layout` (rt for tiles)."""
+    g = _check_shape(n, k)
+    if layout_id(layout) == LAYOUTS["tiles"]:
+        tr = _check_rt(rt)
+        return _n_tiles(n, tr) * tr * g * PQ2_BLOCK_BYTES
+    return n * g * PQ2_BLOCK_BYTES
+
+
+def _check_size(buf, layout, n, k, rt=0) -> np.ndarray:
+    b = as_bytes(buf)
+    want = layout_bytes(layout, n, k, rt)
+    if b.size != want:
+        raise ValueError(f"{layout_name(layout)} PQ2_0 matrix N={n}, K={k}"
+                         f"{f', rt={rt}' if layout_id(layout) == 2 else ''} takes {want} bytes, "
+                         f"buffer has {b.size}")
+    return b
+
+
+# ---- planes --------------------------------------------------------------------------------
+
+def to_planes(raw, n: int, k: int) -> np.ndarray:
+    qs, d = pq2_fields(raw, n, k)           # (n, G, 32), (n, G)
+    return np.concatenate([qs.reshape(-1), d.reshape(-1).view(np.uint8)])
+
+
+def from_planes(planes, n: int, k: int) -> np.ndarray:
+    g = _check_shape(n, k)
+    b = _check_size(planes, "planes", n, k)
+    split = n * g * 32
+    qs = b[:split].reshape(n, g, 32)
+    d = b[split:].view("<f2").reshape(n, g)
+    return pq2_from_fields(qs, d)
+
+
+# ---- tiles ---------------------------------------------------------------------------------
+# Row index inside the padded matrix is t*TR + 16r + 8h + gid (h = 0 for rows gid, 1 for
+# gid + 8), and code byte b of a block is tq*8 + jj. The tile-major order is
+# [t, g, r, gid, tq, h, jj] (lane L = 4*gid + tq, j = 8h + jj); the row-major order is
+# [t, r, h, gid, g, tq, jj].
+_TO_TILES = (0, 4, 1, 3, 5, 2, 6)
+_FROM_TILES = tuple(np.argsort(_TO_TILES))
+
+
+def to_tiles(raw, n: int, k: int, rt: int) -> np.ndarray:
+    tr = _check_rt(rt)
+    qs, d = pq2_fields(raw, n, k)
+    g = qs.shape[1]
+    t = _n_tiles(n, tr)
+    pad = t * tr - n
+    qs = np.concatenate([qs, np.full((pad, g, 32), PQ2_ZERO_QS_BYTE, np.uint8)])
+    d = np.concatenate([d, np.zeros((pad, g), "<f2")])
+    codes = qs.reshape(t, rt, 2, 8, g, 4, 8).transpose(_TO_TILES)
+    scales = d.reshape(t, tr, g).transpose(0, 2, 1)   # index (t*G + g)*TR + row_in_tile
+    return np.concatenate([codes.reshape(-1), np.ascontiguousarray(scales).reshape(-1)
+                           .view(np.uint8)])
+
+
+def from_tiles(tiles, n: int, k: int, rt: int) -> np.ndarray:
+    """Raw bytes of a tile-major matrix; the padding rows are ignored."""
+    tr = _check_rt(rt)
+    g = _check_shape(n, k)
+    b = _check_size(tiles, "tiles", n, k, rt)
+    t = _n_tiles(n, tr)
+    split = t * g * rt * SUBTILE_BYTES
+    qs = b[:split].reshape(t, g, rt, 8, 4, 2, 8).transpose(_FROM_TILES).reshape(t * tr, g, 32)
+    d = b[split:].view("<f2").reshape(t, g, tr).transpose(0, 2, 1).reshape(t * tr, g)
+    return pq2_from_fields(qs[:n], d[:n])
+
+
+# ---- any to any ----------------------------------------------------------------------------
+
+def to_raw(buf, n: int, k: int, layout, rt: int = 0) -> np.ndarray:
+    lid = layout_id(layout)
+    if lid == LAYOUTS["planes"]:
+        return from_planes(buf, n, k)
+    if lid == LAYOUTS["tiles"]:
+        return from_tiles(buf, n, k, rt)
+    return _check_size(buf, "raw", n, k).copy()
+
+
+def from_raw(raw, n: int, k: int, layout, rt: int = 0) -> np.ndarray:
+    lid = layout_id(layout)
+    _check_size(raw, "raw", n, k)
+    if lid == LAYOUTS["planes"]:
+        return to_planes(raw, n, k)
+    if lid == LAYOUTS["tiles"]:
+        return to_tiles(raw, n, k, rt)
+    return as_bytes(raw).copy()
+
+
+def convert(buf, n: int, k: int, src_layout, dst_layout, src_rt: int = 0,
+            dst_rt: int = 0) -> np.ndarray:
+    """Any layout to any layout (through raw), flat uint8."""
+    return from_raw(to_raw(buf, n, k, src_layout, src_rt), n, k, dst_layout, dst_rt)

@@ -1,0 +1,114 @@
+"""numpy references of the arithmetic: group-128 Q8 activations and the PQ2_0 matmul.
+
+quantize_q8 is bit-exact by construction (FORMATS.md "Activation quantisation"); matmul_q8 is the
+exact answer to the same Q8 problem (integer dots, scales applied in float64); matmul_float is the
+unquantised product the Q8 path approximates.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .formats import PQ2_BLOCK_WEIGHTS, check_matrix, pq2_dequantize, pq2_unpack
+
+GROUP = PQ2_BLOCK_WEIGHTS
+Q8_MAX = 127
+# The fp32 value of 1.0f/127 (the C expression), computed as a correctly rounded fp32 division
+# rather than by rounding the double 1/127, so no double rounding can creep in.
+INV_127_F32 = np.float32(1.0) / np.float32(Q8_MAX)
+
+
+def plane_order(k: int) -> np.ndarray:
+    """Index array p with q8[..., pos] = q[..., p[pos]] (plane order of pq2.h).
+
+    Element i of a group sits at (i % 4) * 32 + i / 4, so plane s holds the activations that
+    meet code s (shift 2s) of each weight byte.
+    """
+    if k % GROUP:
+        raise ValueError(f"K={k} is not a multiple of {GROUP}")
+    i = np.arange(GROUP).reshape(32, 4).T.reshape(-1)      # pos (s, b) -> element 4b + s
+    return (np.arange(0, k, GROUP)[:, None] + i).reshape(-1)
+
+
+def _as_x(x, name: str = "x") -> np.ndarray:
+    x = np.asarray(x)
+    if x.ndim != 2 or x.shape[1] % GROUP or x.shape[0] < 1:
+        raise ValueError(f"{name} must be (m, k) with k a multiple of {GROUP}, got {x.shape}")
+    if x.dtype != np.float32:
+        raise ValueError(f"{name} must be float32, got {x.dtype}")
+    return x
+
+
+def _q8_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(q int8[m, G, 128] in element order, scales float32[m, G]); all arithmetic in fp32."""
+    m, k = x.shape
+    xg = x.reshape(m, k // GROUP, GROUP)
+    amax = np.abs(xg).max(axis=2)
+    scale = amax * INV_127_F32                           # fp32 reciprocal multiply
+    div = np.where(scale == 0, np.float32(1), scale)     # a zero group divides by 1
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = np.rint(xg / div[:, :, None])               # fp32 division, round half to even
+    q = np.clip(q, -Q8_MAX, Q8_MAX).astype(np.int8)
+    return q, scale.astype(np.float32)
+
+
+def quantize_q8(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(q8 int8[m,k] in plane order, scales float32[m,k/128], sums int32[m,k/128]) of x[m,k]."""
+    x = _as_x(x)
+    m, k = x.shape
+    q, scales = _q8_groups(x)
+    sums = q.astype(np.int32).sum(axis=2, dtype=np.int32)
+    # (m, G, b, s) -> (m, G, s, b): position s*32 + b holds element 4b + s.
+    q8 = q.reshape(m, k // GROUP, 32, 4).transpose(0, 1, 3, 2).reshape(m, k)
+    return np.ascontiguousarray(q8), scales, sums
+
+
+def matmul_q8(raw, n: int, k: int, x) -> np.ndarray:
+    """float64[m,n]: the exact answer of the Q8 problem pq2_matmul_host solves.
+
+    Per (row, group) the integer dot(code - 1, q) (exact: float64 holds integers far beyond
+    2 * 127 * 128), times d_w * d_x, summed over groups in float64.
+    """
+    x = _as_x(x)
+    g = check_matrix(raw, n, k)
+    if x.shape[1] != k:
+        raise ValueError(f"x has K={x.shape[1]}, weights have K={k}")
+    codes, dw = pq2_unpack(raw)
+    wt = (codes.astype(np.float64) - 1).reshape(n, g, GROUP).transpose(1, 2, 0)  # (G, 128, n)
+    q, dx = _q8_groups(x)
+    dots = np.matmul(q.astype(np.float64).transpose(1, 0, 2), wt)                # (G, m, n)
+    dw = dw.astype(np.float64).reshape(n, g).T                                    # (G, n)
+    dx = dx.astype(np.float64).T                                                  # (G, m)
+    return np.einsum("gmn,gm,gn->mn", dots, dx, dw)
+
+
+def matmul_float(raw, n: int, k: int, x) -> np.ndarray:
+    """float64[m,n] = x . W^T with dequantised weights and unquantised x, in float64."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.ndim != 2 or x.shape[1] != k:
+        raise ValueError(f"x must be (m, {k}), got {x.shape}")
+    return x @ pq2_dequantize(raw, n, k).astype(np.float64).T
+
+
+def rel_rms(out, ref) -> float:
+    """sqrt(sum (out - ref)^2 / sum ref^2); inf when out holds a NaN or Inf."""
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if out.shape != ref.shape:
+        raise ValueError(f"shapes differ: {out.shape} vs {ref.shape}")
+    if not np.isfinite(out).all():
+        return float("inf")
+    err = float(np.sum((out - ref) ** 2))
+    den = float(np.sum(ref ** 2))
+    if den == 0:
+        return 0.0 if err == 0 else float("inf")
+    return float(np.sqrt(err / den))
+
+
+def worst_element(out, ref) -> str:
+    """Where out and ref differ most, for assertion messages."""
+    out = np.asarray(out, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    diff = np.abs(out - ref)
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    i = np.unravel_index(int(np.argmax(diff)), diff.shape)
+    return f"worst at {tuple(int(v) for v in i)}: got {out[i]!r}, want {ref[i]!r}"

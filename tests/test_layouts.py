@@ -1,0 +1,158 @@
+"""numpy layouts (pyq2.layouts) against the byte positions written in pq2.h."""
+import itertools
+
+import numpy as np
+import pytest
+
+from pyq2 import layouts as L
+
+SHAPES = [(1, 128), (3, 384), (17, 640), (33, 128), (65, 384), (300, 1024)]
+RTS = [1, 2, 4]
+
+
+# ---- references: byte positions of pq2.h, one byte at a time ----------------------------
+
+def raw_qs(raw, k, row, g, b):
+    """qs[b] of block (row, g) in a raw matrix: row stride K/128*34, d first (2 bytes)."""
+    return raw[(row * (k // 128) + g) * 34 + 2 + b]
+
+
+def raw_d(raw, k, row, g):
+    o = (row * (k // 128) + g) * 34
+    return raw[o:o + 2].tobytes()
+
+
+def tile_code_offset(t, g, r, lane, j, G, rt):
+    return ((t * G + g) * rt + r) * 512 + lane * 16 + j
+
+
+def random_raw(n, k, seed=0):
+    # Random bytes, scales included: NaN and Inf bit patterns must move like any other bytes.
+    return np.random.default_rng(seed).integers(0, 256, n * (k // 128) * 34, dtype=np.uint8)
+
+
+def shape_id(s):
+    return f"n{s[0]}-k{s[1]}"
+
+
+# ---- sizes -------------------------------------------------------------------------------
+
+def test_layout_bytes():
+    assert L.layout_bytes("raw", 3, 384) == 3 * 3 * 34
+    assert L.layout_bytes("planes", 3, 384) == 3 * 3 * 34
+    assert L.layout_bytes("tiles", 3, 384, 1) == 16 * 3 * 34
+    assert L.layout_bytes("tiles", 65, 128, 4) == 128 * 34
+    assert L.layout_bytes(2, 64, 128, 4) == 64 * 34
+    with pytest.raises(ValueError, match="rt=3"):
+        L.layout_bytes("tiles", 16, 128, 3)
+    with pytest.raises(ValueError, match="K=100"):
+        L.layout_bytes("raw", 16, 100)
+    with pytest.raises(ValueError, match="'bogus'"):
+        L.layout_bytes("bogus", 16, 128)
+    assert L.LAYOUTS == {"raw": 0, "planes": 1, "tiles": 2}
+
+
+# ---- round trips -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n,k", SHAPES, ids=[shape_id(s) for s in SHAPES])
+def test_planes_round_trip(n, k):
+    raw = random_raw(n, k)
+    planes = L.to_planes(raw, n, k)
+    assert planes.size == L.layout_bytes("planes", n, k)
+    assert np.array_equal(L.from_planes(planes, n, k), raw)
+
+
+@pytest.mark.parametrize("rt", RTS, ids=[f"rt{r}" for r in RTS])
+@pytest.mark.parametrize("n,k", SHAPES, ids=[shape_id(s) for s in SHAPES])
+def test_tiles_round_trip_and_padding(n, k, rt):
+    raw = random_raw(n, k, seed=n + k + rt)
+    tiles = L.to_tiles(raw, n, k, rt)
+    assert tiles.size == L.layout_bytes("tiles", n, k, rt)
+    assert np.array_equal(L.from_tiles(tiles, n, k, rt), raw)
+    # The padding rows, read back as a raw matrix of T*TR rows: codes 0x55, scale +0.0.
+    tr = 16 * rt
+    t = -(-n // tr)
+    padded = L.from_tiles(tiles, t * tr, k, rt).reshape(t * tr, k // 128, 34)
+    assert np.array_equal(padded[:n].reshape(-1), raw)
+    assert (padded[n:, :, 2:] == 0x55).all() and (padded[n:, :, :2] == 0).all()
+
+
+CASES = [(s, a, b, ra, rb) for s in [(17, 384), (65, 640)]
+         for a, b in itertools.product(L.LAYOUTS, repeat=2)
+         for ra in ([1, 2, 4] if a == "tiles" else [0])
+         for rb in ([1, 2, 4] if b == "tiles" else [0])]
+
+
+@pytest.mark.parametrize("shape,src,dst,src_rt,dst_rt", CASES,
+                         ids=[f"{shape_id(c[0])}-{c[1]}{c[3] or ''}-to-{c[2]}{c[4] or ''}"
+                              for c in CASES])
+def test_convert_every_direction(shape, src, dst, src_rt, dst_rt):
+    n, k = shape
+    raw = random_raw(n, k, seed=5)
+    src_buf = L.from_raw(raw, n, k, src, src_rt)
+    out = L.convert(src_buf, n, k, src, dst, src_rt, dst_rt)
+    assert np.array_equal(out, L.from_raw(raw, n, k, dst, dst_rt))
+    assert np.array_equal(L.convert(out, n, k, dst, src, dst_rt, src_rt), src_buf)
+
+
+def test_wrong_buffer_size():
+    raw = random_raw(3, 128)
+    with pytest.raises(ValueError, match="takes 544 bytes, buffer has 102"):
+        L.from_tiles(raw, 3, 128, 1)
+    with pytest.raises(ValueError, match="rt=3"):
+        L.to_tiles(raw, 3, 128, 3)
+
+
+# ---- byte positions checked by hand ------------------------------------------------------
+
+def test_planes_byte_positions():
+    n, k = 5, 384
+    G = k // 128
+    raw = random_raw(n, k, seed=7)
+    planes = L.to_planes(raw, n, k)
+    # codes[n][g*32 + b] = qs[b] of block (n, g); scales[n][g] at byte N*K/4 + 2*(n*G + g).
+    row, g, b = 3, 2, 29
+    assert planes[row * (k // 4) + g * 32 + b] == raw_qs(raw, k, row, g, b)
+    o = n * k // 4 + 2 * (row * G + g)
+    assert planes[o:o + 2].tobytes() == raw_d(raw, k, row, g)
+
+
+def test_tiles_one_lane_by_hand():
+    # N = 48, K = 256, RT = 2: TR = 32 rows per tile, T = 2 tiles (rows 48..63 padding), G = 2.
+    # Tile 0, group 1, sub-tile 1 (rows 16..31), lane 22 = 4*gid + tq with gid 5, tq 2:
+    #   code bytes ((0*2 + 1)*2 + 1)*512 + 22*16 = 1888 .. 1903;
+    #   j < 8  -> qs[2*8 + j]     of block (16 + 5,     1) = row 21
+    #   j >= 8 -> qs[2*8 + j - 8] of block (16 + 5 + 8, 1) = row 29
+    n, k, rt = 48, 256, 2
+    raw = random_raw(n, k, seed=8)
+    tiles = L.to_tiles(raw, n, k, rt)
+    assert tile_code_offset(0, 1, 1, 22, 0, 2, rt) == 1888
+    want = [raw_qs(raw, k, 21, 1, 16 + j) for j in range(8)] + \
+           [raw_qs(raw, k, 29, 1, 16 + j) for j in range(8)]
+    assert tiles[1888:1904].tolist() == want
+    # Scales start at T*G*RT*512 = 4096; the fp16 of row 21 (tile 0), group 1 has index
+    # (0*2 + 1)*32 + 21 = 53, so bytes 4096 + 106, 107.
+    assert tiles[4202:4204].tobytes() == raw_d(raw, k, 21, 1)
+    # Tile 1, group 0, sub-tile 1 (rows 48..63, all padding), any lane: code 0x55, scale 0.
+    o = tile_code_offset(1, 0, 1, 0, 0, 2, rt)
+    assert (tiles[o:o + 512] == 0x55).all()
+    s = 4096 + 2 * ((1 * 2 + 0) * 32 + 16)
+    assert not tiles[s:s + 32].any()
+
+
+def test_tiles_every_lane_formula():
+    # The formula of pq2.h applied to every byte of a small matrix with a partial tile.
+    n, k, rt = 21, 384, 1
+    G, tr = k // 128, 16
+    raw = random_raw(n, k, seed=9)
+    tiles = L.to_tiles(raw, n, k, rt)
+    t_count = 2
+    for t in range(t_count):
+        for g in range(G):
+            for lane in range(32):
+                gid, tq = divmod(lane, 4)
+                for j in range(16):
+                    row = t * tr + gid + (8 if j >= 8 else 0)
+                    b = tq * 8 + j % 8
+                    want = raw_qs(raw, k, row, g, b) if row < n else 0x55
+                    assert tiles[tile_code_offset(t, g, 0, lane, j, G, rt)] == want
