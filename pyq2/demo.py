@@ -13,10 +13,9 @@ import tempfile
 from pathlib import Path
 
 import numpy as np
-from gguf import GGUFValueType as V
 
 from . import formats, gguf_io
-from .gguf_io import OutTensor
+from .gguf_io import GGUFValueType as V, OutTensor
 
 ARCH = "qwen35"
 HADAMARD_BLOCK = 128
@@ -58,7 +57,7 @@ def write_demo_model(path, seed: int = 0, n_layers: int = 2, hidden: int = 256, 
 
     def f32(name, n):
         data = (1.0 + 0.1 * rng.standard_normal(n)).astype("<f4")
-        tensors.append((OutTensor(name, int(gguf_io.GGMLQuantizationType.F32), (n,), data.nbytes),
+        tensors.append((OutTensor(name, gguf_io.F32, (n,), data.nbytes),
                         data))
 
     folded = []

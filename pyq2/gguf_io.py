@@ -65,6 +65,7 @@ PQ2_0 = 142
 PTQ1_0 = 143
 TQ2_0 = int(GGMLQuantizationType.TQ2_0)  # 35
 I8 = int(GGMLQuantizationType.I8)  # 24
+F32 = int(GGMLQuantizationType.F32)  # 0
 
 PQ2_FORMAT_VERSION = 1  # pq2.h PQ2_FORMAT_VERSION
 LAYOUTS = ("raw", "planes", "tiles")
@@ -357,7 +358,7 @@ class GGUFFile:
         stop = t.nbytes if stop is None else stop
         page = mmap.PAGESIZE
         lo = (t.offset + start) // page * page
-        hi = min(t.offset + stop, len(self._mm))
+        hi = min(-(-(t.offset + stop) // page) * page, len(self._mm))
         if hi > lo:
             self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 

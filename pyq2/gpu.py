@@ -38,11 +38,14 @@ def _stream_ptr(stream):
     return _native.load()[0].cast("void *", s.cuda_stream)
 
 
-def decode_config(rt: int, warps: int, unroll: int, split: int):
+CONFIG_FIELDS = ("rt", "warps", "unroll", "stages", "blocks")
+
+
+def decode_config(rt: int, warps: int, unroll: int, stages: int, blocks: int = 0):
     """A pq2_decode_config (cffi struct) for explicit launches (tuning, tests)."""
     ffi, _ = _native.load()
     c = ffi.new("pq2_decode_config *")
-    c.rt, c.warps, c.unroll, c.split = rt, warps, unroll, split
+    c.rt, c.warps, c.unroll, c.stages, c.blocks = rt, warps, unroll, stages, blocks
     return c
 
 
@@ -80,7 +83,7 @@ class PQ2Weights:
         ffi, lib = _native.load()
         c = ffi.new("pq2_decode_config *")
         _native.check(lib.pq2_decode_config_for(self.struct(), m, c))
-        return {"rt": c.rt, "warps": c.warps, "unroll": c.unroll, "split": c.split}
+        return {f: getattr(c, f) for f in CONFIG_FIELDS}
 
     def workspace_size(self, m: int, cfg=None) -> int:
         ffi, lib = _native.load()

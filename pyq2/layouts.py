@@ -6,8 +6,8 @@
     tiles   TR = 16*RT rows per tile, T = ceil(N/TR); rows N..T*TR-1 are padding (codes 0x55,
             scale +0.0). Code byte ((t*G + g)*RT + r)*512 + L*16 + j, lane L = 4*gid + tq:
             j < 8 -> qs[tq*8 + j] of row t*TR + 16r + gid, j >= 8 -> qs[tq*8 + j-8] of row
-            t*TR + 16r + gid + 8 (block g). Scales at byte T*G*RT*512, fp16 index
-            (t*G + g)*TR + row_in_tile.
+            t*TR + 16r + gid + 8 (block g). Scales at byte T*G*RT*512, the fp16 of sub-tile
+            row 8h + i at index ((t*G + g)*RT + r)*16 + 2*i + h (a lane's two rows side by side).
 
 Every conversion is one reshape + transpose (a fixed permutation of bytes); scales move as fp16
 values without arithmetic, so every byte survives. All functions return flat uint8 arrays.
@@ -112,7 +112,8 @@ def to_tiles(raw, n: int, k: int, rt: int) -> np.ndarray:
     qs = np.concatenate([qs, np.full((pad, g, 32), PQ2_ZERO_QS_BYTE, np.uint8)])
     d = np.concatenate([d, np.zeros((pad, g), "<f2")])
     codes = qs.reshape(t, rt, 2, 8, g, 4, 8).transpose(_TO_TILES)
-    scales = d.reshape(t, tr, g).transpose(0, 2, 1)   # index (t*G + g)*TR + row_in_tile
+    # index ((t*G + g)*RT + r)*16 + 2*i + h for sub-tile row 8h + i: rows i and i+8 side by side
+    scales = d.reshape(t, rt, 2, 8, g).transpose(0, 4, 1, 3, 2)
     return np.concatenate([codes.reshape(-1), np.ascontiguousarray(scales).reshape(-1)
                            .view(np.uint8)])
 
@@ -125,7 +126,7 @@ def from_tiles(tiles, n: int, k: int, rt: int) -> np.ndarray:
     t = _n_tiles(n, tr)
     split = t * g * rt * SUBTILE_BYTES
     qs = b[:split].reshape(t, g, rt, 8, 4, 2, 8).transpose(_FROM_TILES).reshape(t * tr, g, 32)
-    d = b[split:].view("<f2").reshape(t, g, tr).transpose(0, 2, 1).reshape(t * tr, g)
+    d = b[split:].view("<f2").reshape(t, g, rt, 8, 2).transpose(0, 2, 4, 3, 1).reshape(t * tr, g)
     return pq2_from_fields(qs[:n], d[:n])
 
 

@@ -21,10 +21,11 @@ import numpy as np
 
 from . import gguf_io
 from .errors import FormatError
-from .gguf_io import I8, PQ2_0, PTQ1_0, TQ2_0, GGUFFile, OutTensor, Tensor, WeightInfo
-from gguf import GGUFValueType
+from .gguf_io import I8, PQ2_0, PTQ1_0, TQ2_0, GGUFFile, GGUFValueType, OutTensor, Tensor, \
+    WeightInfo
 
 PASS_CHUNK = 64 << 20  # bytes of a pass-through tensor copied (and released) at a time
+CONVERT_CHUNK = 16 << 20  # PQ2_0 bytes of a weight converted at a time
 PQ2_BLOCK_BYTES = 34
 PQ2_BLOCK_WEIGHTS = 128
 
@@ -109,16 +110,74 @@ def _stored_bytes(ops: _Ops, info: WeightInfo) -> int:
     return gguf_io.type_nbytes(info.source_type, info.ne)
 
 
-def check_scales(raw: np.ndarray, name: str, k: int) -> None:
-    """FormatError naming tensor, row and block of the first NaN/Inf scale of raw PQ2_0 blocks."""
+def check_scales(raw: np.ndarray, name: str, k: int, row0: int = 0) -> None:
+    """FormatError naming tensor, row and block of the first NaN/Inf scale of raw PQ2_0 blocks
+    (raw holds rows row0, row0 + 1, ... of the tensor)."""
     d = raw.reshape(-1, PQ2_BLOCK_BYTES)[:, :2].copy().view("<f2").reshape(-1)
     bad = ~np.isfinite(d)
     if bad.any():
         g = k // PQ2_BLOCK_WEIGHTS
         b = int(np.argmax(bad))
         bits = int(d[b:b + 1].view("<u2")[0])
-        raise FormatError(f"tensor '{name}': row {b // g}, block {b % g} has scale {d[b]} "
-                          f"(bits 0x{bits:04x}); {int(bad.sum())} non-finite scales in all")
+        raise FormatError(f"tensor '{name}': row {row0 + b // g}, block {b % g} has scale {d[b]} "
+                          f"(bits 0x{bits:04x}); {int(bad.sum())} non-finite scales in this "
+                          f"part of the tensor")
+
+
+def _source_row_bytes(info: WeightInfo) -> int:
+    per_block = {PQ2_0: (128, 34), PTQ1_0: (128, 28), TQ2_0: (256, 66)}[info.source_type]
+    return info.k // per_block[0] * per_block[1]
+
+
+def raw_slices(ops: _Ops, gf: GGUFFile, t: Tensor, info: WeightInfo, rows: int):
+    """Yield (first row, PQ2_0 raw bytes of up to `rows` rows) over the whole weight t.
+
+    A raw-family source (PQ2_0, PTQ1_0, TQ2_0) is read and converted one slice at a time, and
+    its pages are dropped after each, so memory stays near one slice whatever the tensor size.
+    A planes/tiles source (a repacked file being repacked again) is turned into raw bytes whole.
+    """
+    row_bytes = info.k // PQ2_BLOCK_WEIGHTS * PQ2_BLOCK_BYTES
+    if info.layout != "raw":
+        raw = ops.to_raw(gf.data(t), info)
+        gf.release(t)
+        for r0 in range(0, info.n, rows):
+            yield r0, raw[r0 * row_bytes:min(r0 + rows, info.n) * row_bytes]
+        return
+    src_row = _source_row_bytes(info)
+    for r0 in range(0, info.n, rows):
+        r1 = min(r0 + rows, info.n)
+        src = gf.data(t, r0 * src_row, r1 * src_row)
+        yield r0, ops.to_raw(src, info)
+        del src
+        gf.release(t, r0 * src_row, r1 * src_row)
+
+
+def convert_weight(ops: _Ops, gf: GGUFFile, t: Tensor, info: WeightInfo, layout: str, rt: int):
+    """Yield the bytes of weight t in `layout`, checking every scale on the way.
+
+    The weight is converted in slices of whole rows (raw_slices). This relies on a property of
+    the layouts (pq2.h): for a slice of rows that starts at a multiple of the tile height, the
+    planes/tiles bytes of the slice are one contiguous piece of the tensor's code region followed
+    by one contiguous piece of its scale region. So the code pieces are written as they come and
+    the scale pieces (1/17 of the bytes) are kept and written after them.
+    """
+    g = info.k // PQ2_BLOCK_WEIGHTS
+    row_bytes = g * PQ2_BLOCK_BYTES
+    tr = 16 * rt if layout == "tiles" else 1
+    rows = max(tr, CONVERT_CHUNK // row_bytes // tr * tr)
+    scale_parts = []
+    for r0, raw in raw_slices(ops, gf, t, info, rows):
+        n = len(raw) // row_bytes
+        check_scales(raw, t.name, info.k, r0)
+        if layout == "raw":
+            yield raw
+            continue
+        out = ops.convert(raw, n, info.k, "raw", layout, 0, rt)
+        split = -(-n // tr) * tr * g * 32  # code bytes of the slice, padding rows included
+        yield out[:split]
+        scale_parts.append(np.array(out[split:]))
+        del out, raw
+    yield from scale_parts
 
 
 # -------------------------------------------------------------------------------- repack ----
@@ -225,13 +284,7 @@ def repack(in_path, out_path=None, layout: str = "tiles", rt: int = 4, dry_run: 
                     yield b""
                 summary.passed += 1
                 return
-            raw = ops.to_raw(gf.data(t), info)
-            check_scales(raw, t.name, info.k)
-            if layout != "raw":
-                raw = ops.convert(raw, info.n, info.k, "raw", layout, 0, rt)
-            yield raw
-            del raw
-            gf.release(t)
+            yield from convert_weight(ops, gf, t, info, layout, rt)
             done += t.nbytes
             summary.converted += 1
             if progress:
@@ -266,13 +319,13 @@ class VerifyResult:
     n_weights: int = 0  # individual weights compared
 
 
-def _first_block_mismatch(name: str, a: np.ndarray, b: np.ndarray, k: int) -> str:
-    """Describe the first differing PQ2_0 block of two equal-length raw buffers."""
+def _first_block_mismatch(name: str, a: np.ndarray, b: np.ndarray, k: int, row0: int) -> str:
+    """Describe the first differing PQ2_0 block of two equal-length raw buffers of rows row0..."""
     from .formats import pq2_unpack
     ba, bb = a.reshape(-1, PQ2_BLOCK_BYTES), b.reshape(-1, PQ2_BLOCK_BYTES)
     i = int(np.argmax((ba != bb).any(axis=1)))
     g = k // PQ2_BLOCK_WEIGHTS
-    row, blk = i // g, i % g
+    row, blk = row0 + i // g, i % g
     ca, da = pq2_unpack(ba[i])
     cb, db = pq2_unpack(bb[i])
     if ba[i, :2].tobytes() != bb[i, :2].tobytes():
@@ -344,12 +397,12 @@ def verify(original, repacked, backend: str = "auto") -> VerifyResult:
                 return fail(f"tensor '{ta.name}': logical shape {list(wa.ne)} vs {list(wb.ne)}")
             fa.validate_weight_bytes(ta, wa, _stored_bytes(ops, wa))
             fb.validate_weight_bytes(tb, wb, _stored_bytes(ops, wb))
-            ra, rb = ops.to_raw(fa.data(ta), wa), ops.to_raw(fb.data(tb), wb)
-            if not np.array_equal(ra, rb):
-                return fail(_first_block_mismatch(ta.name, np.asarray(ra), np.asarray(rb), wa.k))
-            del ra, rb
-            fa.release(ta)
-            fb.release(tb)
+            rows = max(1, CONVERT_CHUNK // (wa.k // PQ2_BLOCK_WEIGHTS * PQ2_BLOCK_BYTES))
+            for (r0, ra), (_, rb) in zip(raw_slices(ops, fa, ta, wa, rows),
+                                         raw_slices(ops, fb, tb, wb, rows)):
+                if not np.array_equal(ra, rb):
+                    return fail(_first_block_mismatch(ta.name, np.asarray(ra), np.asarray(rb),
+                                                      wa.k, r0))
             res.weights += 1
             res.n_weights += wa.n * wa.k
     res.message = (f"identical: {res.weights} weight tensors ({res.n_weights} weights, codes and "

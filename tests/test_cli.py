@@ -4,6 +4,7 @@ import json
 import os
 import struct
 import subprocess
+import tempfile
 import sys
 
 import numpy as np
@@ -13,7 +14,10 @@ from pyq2 import gguf_io
 from pyq2.cli import main
 from pyq2.demo import write_demo_model
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import pyq2
+
+# Children import the same pyq2 as this process (installed or source tree), whatever the cwd.
+PYQ2_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(pyq2.__file__)))
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -26,9 +30,9 @@ def run(capsys, *argv):
 
 
 def run_module(*argv):
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PYQ2_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run([sys.executable, "-m", "pyq2", *map(str, argv)], capture_output=True,
-                          text=True, env=env, cwd=ROOT)
+                          text=True, env=env, cwd=tempfile.gettempdir())
 
 
 def assert_one_line_error(code, err, *needles):
@@ -228,6 +232,18 @@ def test_full_disk(tmp_path, capsys, demo, monkeypatch):
     monkeypatch.setattr(gguf_io, "_write", full_disk)
     code, out, err = run(capsys, "repack", demo, "-o", tmp_path / "o.gguf")
     assert_one_line_error(code, err, "no space left on device", "nothing was written")
+    assert sorted(os.listdir(tmp_path)) == ["demo.gguf"]
+
+
+def test_interrupt(tmp_path, capsys, demo, monkeypatch):
+    import pyq2.repack
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+        yield
+    monkeypatch.setattr(pyq2.repack, "convert_weight", interrupted)
+    code, _, err = run(capsys, "repack", demo, "-o", tmp_path / "o.gguf")
+    assert_one_line_error(code, err, "interrupted")
     assert sorted(os.listdir(tmp_path)) == ["demo.gguf"]
 
 

@@ -15,7 +15,10 @@ from pyq2 import gguf_io
 from pyq2.errors import FormatError
 from pyq2.gguf_io import OutTensor
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+import pyq2
+
+# Children import the same pyq2 as this process (installed or source tree), whatever the cwd.
+PYQ2_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(pyq2.__file__)))
 
 
 # ---- references and builders --------------------------------------------------------------
@@ -110,7 +113,7 @@ def test_gguf_fails_without_registration_and_reads_with_it(tmp_path):
             "except ValueError: print('refused')\n"
             "import pyq2.gguf_io\n"
             "r = gguf.GGUFReader(sys.argv[1]); print(r.tensors[0].tensor_type.name)\n")
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=PYQ2_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
                          env=env, check=True).stdout.split()
     assert out == ["refused", "PQ2_0"]

@@ -135,7 +135,8 @@ def test_convert_from_tiles_ignores_padding(host):
             o = g * 512 + lane * 16
             junk[o + 8:o + 16] = 0xAA
     scales = junk[2 * 512:].view("<u2").reshape(2, 16)
-    scales[:, n:] = 0x7E00
+    rows = np.arange(16)  # sub-tile row 8h + i has scale index 2i + h
+    scales[:, (2 * (rows % 8) + rows // 8)[rows >= n]] = 0x7E00
     assert np.array_equal(host.convert_layout(junk, n, k, "tiles", "raw", rt), raw)
 
 

@@ -130,13 +130,15 @@ def test_tiles_one_lane_by_hand():
     want = [raw_qs(raw, k, 21, 1, 16 + j) for j in range(8)] + \
            [raw_qs(raw, k, 29, 1, 16 + j) for j in range(8)]
     assert tiles[1888:1904].tolist() == want
-    # Scales start at T*G*RT*512 = 4096; the fp16 of row 21 (tile 0), group 1 has index
-    # (0*2 + 1)*32 + 21 = 53, so bytes 4096 + 106, 107.
-    assert tiles[4202:4204].tobytes() == raw_d(raw, k, 21, 1)
+    # Scales start at T*G*RT*512 = 4096; row 21 of tile 0 is row 8h + i = 5 (h 0, i 5) of
+    # sub-tile 1, so its fp16 for group 1 has index ((0*2 + 1)*2 + 1)*16 + 2*5 + 0 = 58, bytes
+    # 4096 + 116, 117; row 29 (h 1) is its neighbour, index 59.
+    assert tiles[4212:4214].tobytes() == raw_d(raw, k, 21, 1)
+    assert tiles[4214:4216].tobytes() == raw_d(raw, k, 29, 1)
     # Tile 1, group 0, sub-tile 1 (rows 48..63, all padding), any lane: code 0x55, scale 0.
     o = tile_code_offset(1, 0, 1, 0, 0, 2, rt)
     assert (tiles[o:o + 512] == 0x55).all()
-    s = 4096 + 2 * ((1 * 2 + 0) * 32 + 16)
+    s = 4096 + 2 * ((1 * 2 + 0) * 2 + 1) * 16
     assert not tiles[s:s + 32].any()
 
 

@@ -136,6 +136,24 @@ def test_repacked_bytes_match_the_layout_reference(tmp_path, model, layout, rt):
         assert data == want.tobytes(), name
 
 
+@pytest.mark.parametrize("chunk", [1, 3 * 34 * 4], ids=["one-tile-per-slice", "small-slices"])
+@pytest.mark.parametrize("kind", ["PQ2_0", "PTQ1_0", "TQ2_0"])
+@pytest.mark.parametrize("layout,rt", [("raw", 0), ("planes", 0), ("tiles", 1), ("tiles", 4)],
+                         ids=["raw", "planes", "tiles-rt1", "tiles-rt4"])
+def test_row_slices_give_whole_tensor_bytes(tmp_path, monkeypatch, layout, rt, kind, chunk):
+    """Weights are converted in slices of rows; the result must equal one whole conversion."""
+    import pyq2.repack
+    monkeypatch.setattr(pyq2.repack, "CONVERT_CHUNK", chunk)
+    weights = [("w.a", kind, 512, 200), ("w.b", kind, 256, 1), ("w.c", kind, 768, 129)]
+    src, out = tmp_path / "m.gguf", tmp_path / "o.gguf"
+    raws = write_model(src, np.random.default_rng(7), weights=weights)
+    repack(src, out, layout=layout, rt=rt)
+    got = tensors_of(out)
+    for name, _, k, n in weights:
+        want = layouts.convert(np.frombuffer(raws[name], np.uint8), n, k, "raw", layout, 0, rt)
+        assert got[name][2] == want.tobytes(), name
+
+
 def test_other_tensors_and_metadata_pass_through(tmp_path, model):
     src, _ = model
     out = tmp_path / "o.gguf"
@@ -349,6 +367,15 @@ def test_non_finite_scale_names_tensor_row_block(tmp_path, model, value):
     assert listing(tmp_path) == ["model.gguf"]
 
 
+def test_non_finite_scale_row_in_a_later_slice(tmp_path, model, monkeypatch):
+    import pyq2.repack
+    monkeypatch.setattr(pyq2.repack, "CONVERT_CHUNK", 1)  # one 64-row tile per slice
+    src, _ = model
+    _poison_scale(src, "blk.0.attn_q.weight", 2 * 70 + 1, np.nan)  # row 70, block 1
+    with pytest.raises(FormatError, match=r"'blk.0.attn_q.weight': row 70, block 1 has scale nan"):
+        repack(src, tmp_path / "o.gguf")
+
+
 def test_non_finite_scale_in_ptq1(tmp_path):
     src = tmp_path / "m.gguf"
     write_model(src, np.random.default_rng(5), weights=[("w.p", "PTQ1_0", 256, 4)])
@@ -426,7 +453,10 @@ def _flip(path, name, byte, mask):
     path.write_bytes(bytes(blob))
 
 
-def test_verify_names_first_code_mismatch(tmp_path, model):
+@pytest.mark.parametrize("chunk", [1, 16 << 20], ids=["row-slices", "whole"])
+def test_verify_names_first_code_mismatch(tmp_path, model, monkeypatch, chunk):
+    import pyq2.repack
+    monkeypatch.setattr(pyq2.repack, "CONVERT_CHUNK", chunk)
     src, _ = model
     raw = tmp_path / "raw.gguf"
     repack(src, raw, layout="raw")

@@ -34,9 +34,8 @@ CHUNK = 16 << 20
 def generate(path: str, size_bytes: int, lm_head: bool, seed: int = 0) -> dict:
     """Write a PQ2_0 GGUF of about size_bytes, streaming; returns a short description."""
     import numpy as np
-    from gguf import GGUFValueType as V
-
     from pyq2 import gguf_io
+    from pyq2.gguf_io import GGUFValueType as V
 
     rng = np.random.default_rng(seed)
     # One pool of random 34-byte blocks (ternary codes, finite scales) that every tensor reads

@@ -34,7 +34,9 @@
  *                          j >= 8: qs[tq*8 + j - 8] of block (t*TR + 16r + gid + 8, g)
  *                      so one 16-byte load per lane yields that lane's A fragment for rows
  *                      {gid, gid+8} of the sub-tile. Scale region follows at byte T*G*RT*512:
- *                        fp16 at index (t*G + g)*TR + row_in_tile.
+ *                        fp16 of sub-tile row 8h + i (h in 0..1, i in 0..7) at index
+ *                        ((t*G + g)*RT + r)*16 + 2*i + h,
+ *                      so the scales of the lane's two rows are one 4-byte word.
  *                      Total (T*TR)*G*34 bytes (= N*G*34 when N % TR == 0).
  *
  * MMA column order used by both GPU layouts (and by the activation fragments): within one
@@ -169,12 +171,14 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
                                         int8_t *q8, float *scales, int32_t *sums, void *stream);
 /* Launch configuration of the small-batch (decode) kernel family. Hosts normally pass NULL and
  * get the dispatcher's choice (a table tuned per shape by tools/tune_decode.py); the tuner and
- * tests pass explicit values. */
+ * tests pass explicit values. Work is cut into units of 16*rt rows x one 128-group; every warp
+ * streams an equal contiguous range of units through a shared-memory ring. */
 typedef struct pq2_decode_config {
-    int32_t rt;     /* 16-row sub-tiles per warp: 1, 2 or 4 (TILES: must equal the layout's rt) */
-    int32_t warps;  /* warps per block, splitting the block's K range: 1, 2, 4 or 8 */
-    int32_t unroll; /* 128-groups each warp keeps in flight: 1, 2 or 4 */
-    int32_t split;  /* blocks along K (split-K, reduced in fixed order): 1..64 */
+    int32_t rt;     /* 16-row sub-tiles per unit: 1, 2 or 4 (TILES: must equal the layout's rt) */
+    int32_t warps;  /* warps per block: 1..8 */
+    int32_t unroll; /* units (128-groups) per pipeline stage: 1..8 */
+    int32_t stages; /* depth of each warp's copy ring: 2..8 */
+    int32_t blocks; /* blocks in the grid; 0 = as many as fit on the device at once */
 } pq2_decode_config;
 
 /* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */

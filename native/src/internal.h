@@ -112,10 +112,16 @@ static inline PQ2_HD unsigned pq2_get_code(const uint8_t *qs, int j)
     return (unsigned)(qs[j >> 2] >> (2 * (j & 3))) & 3u;
 }
 
-/* Sets the code of weight j; qs must start zeroed (codes are OR-ed in). */
-static inline PQ2_HD void pq2_put_code(uint8_t *qs, int j, unsigned code)
+/* Whole-block forms of the same order: codes[j] (0..3) <-> qs[32]. */
+static inline PQ2_HD void pq2_pack_codes(const uint8_t *codes, uint8_t *qs)
 {
-    qs[j >> 2] = (uint8_t)(qs[j >> 2] | ((code & 3u) << (2 * (j & 3))));
+    for (int b = 0; b < 32; b++)
+        qs[b] = (uint8_t)(codes[4 * b] | codes[4 * b + 1] << 2 | codes[4 * b + 2] << 4 | codes[4 * b + 3] << 6);
+}
+
+static inline PQ2_HD void pq2_unpack_codes(const uint8_t *qs, uint8_t *codes)
+{
+    for (int j = 0; j < PQ2_BLOCK_WEIGHTS; j++) codes[j] = (uint8_t)pq2_get_code(qs, j);
 }
 
 /* TQ2_0 code of element e (0..255) of a block's qs[64]. */

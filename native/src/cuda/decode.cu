@@ -1,82 +1,173 @@
 // decode.cu - the small-batch (M = 1..16) PQ2 matmul: y[m][n] = x[m][k] . W^T, weights streamed
 // once from HBM straight into int8 tensor-core fragments (masked-plane MMA).
 //
-// Weights are the A operand of mma.m16n8k32 (u8): 16 rows x 32 code bytes of one 128-group per
-// fragment; each lane's 16 bytes (rows gid and gid+8, code bytes tq*8..tq*8+7) come from one
-// 16-byte load (TILES) or two 8-byte loads (PLANES). Masking those bytes with the four plane masks
-// gives four A fragments holding code * 4^s; activation plane s (Q8 plane order, 8 contiguous
-// bytes per lane) is the matching B fragment, tokens as the 8 MMA columns. Per group and row:
-//     R_s = MMA of plane s = 4^s * dot(code_s, q_s), plane 0 started from -sum(q), and
-//     P = ((R_0 * 4 + R_1) * 4 + R_2) * 4 + R_3 = 64 * (dot(code, q) - sum(q)) = 64 * dot(code - 1, q)
-// exactly in int32, then acc += float(P) * (d_w * d_x / 64) in fp32, which rounds exactly as
-// float(P/64) * (d_w * d_x) would (scaling by a power of two commutes with rounding).
+// Arithmetic. Weights are the A operand of mma.m16n8k32 (u8): 16 rows x 32 code bytes of one
+// 128-group; a lane's 16 bytes are rows gid and gid+8, code bytes tq*8..tq*8+7 (TILES: one
+// contiguous 16-byte piece; PLANES: two 8-byte pieces). Masking them with the four plane masks
+// (pq2_plane) gives four A fragments holding code * 4^s; activation plane s (Q8 plane order: 8
+// contiguous bytes per lane) is the matching B fragment, tokens as the 8 MMA columns. Per group:
+//     R_s = MMA of plane s = 4^s * dot(code_s, q_s), plane 0 started from -sum(q),
+//     P   = ((R_0 * 4 + R_1) * 4 + R_2) * 4 + R_3 = 64 * dot(code - 1, q)   (exact in int32),
+//     acc += float(P) * (d_w * d_x / 64)                                    (fp32)
+// which rounds exactly as float(P / 64) * (d_w * d_x) would: scaling by 2^-6 commutes with
+// rounding.
 //
-// Grid: x = row blocks of 16*RT rows, y = K splits. The warps of a block split the block's groups
-// in chunks of U consecutive groups; partial sums meet in shared memory (fixed warp order) and,
-// with split-K, in a workspace reduced by the last block to finish (fixed split order), so the
-// result bits never depend on timing.
+// Streaming. Work is a sequence of units (row block of 16*RT rows, 128-group) in the order the
+// TILES layout stores them. Every warp takes an equal contiguous range of units ("stream-K"),
+// so all warps finish together whatever the shape. A warp streams its range through a private
+// shared-memory ring of STAGES chunks of U units (cp.async; each lane copies exactly the bytes it
+// later reads, so no barrier is needed), keeping (STAGES-1) chunks in flight without spending
+// registers on them. A row block covered by one warp is stored directly; one split between warps
+// is finished by the last of them to arrive (a counter per row block), which sums the partial
+// results in warp order: the bits never depend on timing.
 #include "decode.cuh"
 
 namespace {
 
-constexpr int kMaxWarps = 8;
+template <int LAYOUT>
+__host__ __device__ constexpr int scale_words() { return LAYOUT == PQ2_LAYOUT_TILES ? 1 : 2; }
 
-// The weight fragments of U consecutive groups for one warp's RT sub-tiles: the only data kept
-// in flight across the loop (the activations are L1 hits, loaded where they are used).
-template <int RT, int U>
-struct Chunk {
-    uint4 a[U][RT];      // lane's code bytes: .x/.y row gid, .z/.w row gid+8
-    uint32_t ws[U][RT];  // fp16 scales of rows gid (low half) and gid+8 (high half)
+__device__ __forceinline__ uint32_t smem_addr(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    // .cg: straight to L2 -> shared, no L1 allocation for bytes used once.
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async8(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+
+// Waits until at most n copy groups are pending (n is the ring depth minus 2, 0..6).
+__device__ __forceinline__ void cp_async_wait_dyn(int n)
+{
+    switch (n) {
+    case 0: cp_async_wait<0>(); break;
+    case 1: cp_async_wait<1>(); break;
+    case 2: cp_async_wait<2>(); break;
+    case 3: cp_async_wait<3>(); break;
+    case 4: cp_async_wait<4>(); break;
+    case 5: cp_async_wait<5>(); break;
+    default: cp_async_wait<6>(); break;
+    }
+}
+
+struct stream_plan {
+    int64_t units;        // row blocks * groups
+    int64_t total_warps;  // grid * warps per block
+    int32_t groups, unroll, stages;
 };
 
-template <int LAYOUT, int RT, int U>
-__device__ __forceinline__ void load_chunk(Chunk<RT, U> &c, const pq2_decode_problem &p,
-                                           int64_t rb, int64_t g0, int64_t g_end, int lane)
+// Position in a warp's unit range: row block, group, flat unit index.
+struct cursor {
+    int64_t rb, u;
+    int32_t g;
+};
+
+__device__ __forceinline__ int chunk_units(const cursor &c, int64_t u_end, int groups, int unroll)
+{
+    int64_t n = u_end - c.u;
+    int left = groups - c.g;
+    n = n < left ? n : left;
+    return n < unroll ? (int)n : unroll;
+}
+
+__device__ __forceinline__ void advance(cursor &c, int n, int groups)
+{
+    c.u += n;
+    c.g += n;
+    if (c.g == groups) c.g = 0, ++c.rb;
+}
+
+// First unit of warp w's range and the warp owning unit u (the inverse).
+__device__ __forceinline__ int64_t range_begin(int64_t w, const stream_plan &sp)
+{
+    return w * sp.units / sp.total_warps;
+}
+__device__ __forceinline__ int64_t owner_of(int64_t u, const stream_plan &sp)
+{
+    return ((u + 1) * sp.total_warps - 1) / sp.units;
+}
+
+// Per-warp ring: codes [stage][unit][r][lane] 16 B, then scales [stage][unit][r][lane][SW] 4 B.
+template <int LAYOUT, int RT>
+struct ring {
+    uint4 *codes;
+    uint32_t *scales;
+    int unroll;
+    __device__ uint4 *code_slot(int stage, int u, int r, int lane) const
+    {
+        return codes + ((stage * unroll + u) * RT + r) * 32 + lane;
+    }
+    __device__ uint32_t *scale_slot(int stage, int u, int r, int lane) const
+    {
+        return scales + (((stage * unroll + u) * RT + r) * 32 + lane) * scale_words<LAYOUT>();
+    }
+};
+
+// Issues the copies of chunk (c, n units) into ring stage `stage` (this lane's bytes only).
+template <int LAYOUT, int RT>
+__device__ __forceinline__ void issue_chunk(const ring<LAYOUT, RT> &R, int stage, const cursor &c,
+                                            int n, const pq2_decode_problem &p, int groups, int lane)
 {
     const int gid = lane >> 2, tq = lane & 3;
-    const int64_t groups = p.k >> 7;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int64_t g = g0 + u;
+    for (int u = 0; u < n; ++u) {
+        const int64_t g = c.g + u;
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
-            if (g >= g_end) {
-                c.a[u][r] = make_uint4(0, 0, 0, 0);
-                c.ws[u][r] = 0;
-                continue;
-            }
             if constexpr (LAYOUT == PQ2_LAYOUT_TILES) {
-                const size_t tg = (size_t)rb * groups + g;  // (tile, group), tile == row block
-                c.a[u][r] = pq2_ld_stream16(p.codes + ((tg * RT + r) << 9) + lane * 16);
-                const uint16_t *s = p.wscales + tg * (16 * RT) + r * 16 + gid;
-                c.ws[u][r] = (uint32_t)__ldg(s) | ((uint32_t)__ldg(s + 8) << 16);
+                const size_t sub = ((size_t)c.rb * groups + g) * RT + r;  // (tile, group, sub-tile)
+                cp_async16(R.code_slot(stage, u, r, lane), p.codes + (sub << 9) + lane * 16);
+                cp_async4(R.scale_slot(stage, u, r, lane), p.wscales + sub * 16 + gid * 2);
             } else {
                 // Rows past n (last row block) re-read row n-1; their results are never stored.
-                const int64_t row = rb * (16 * RT) + r * 16 + gid;
+                const int64_t row = c.rb * (16 * RT) + r * 16 + gid;
                 const int64_t r0 = row < p.n ? row : p.n - 1;
                 const int64_t r1 = row + 8 < p.n ? row + 8 : p.n - 1;
                 const size_t stride = (size_t)(p.k >> 2);
-                uint2 lo = pq2_ld_stream8(p.codes + r0 * stride + g * 32 + tq * 8);
-                uint2 hi = pq2_ld_stream8(p.codes + r1 * stride + g * 32 + tq * 8);
-                c.a[u][r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
-                c.ws[u][r] = (uint32_t)__ldg(p.wscales + r0 * groups + g) |
-                             ((uint32_t)__ldg(p.wscales + r1 * groups + g) << 16);
+                uint8_t *dst = reinterpret_cast<uint8_t *>(R.code_slot(stage, u, r, lane));
+                cp_async8(dst, p.codes + r0 * stride + g * 32 + tq * 8);
+                cp_async8(dst + 8, p.codes + r1 * stride + g * 32 + tq * 8);
+                // A row's fp16 scale is only 2-byte aligned: copy the aligned word holding it and
+                // pick the half when reading. The word can pass the end of the buffer only for
+                // the very last scale; that one is loaded and stored synchronously.
+                uint32_t *sdst = R.scale_slot(stage, u, r, lane);
+                const int64_t rows[2] = {r0, r1};
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const uint16_t *s = p.wscales + rows[h] * groups + g;
+                    const uint32_t *word = reinterpret_cast<const uint32_t *>((uintptr_t)s & ~(uintptr_t)3);
+                    if ((const void *)(word + 1) <= (const void *)(p.wscales + p.n * groups))
+                        cp_async4(sdst + h, word);
+                    else
+                        sdst[h] = (uint32_t)__ldg(s);
+                }
             }
         }
     }
 }
 
-template <int RT, int NT, int U>
-__device__ __forceinline__ void compute_chunk(const Chunk<RT, U> &c, const pq2_decode_problem &p,
-                                              int64_t g0, int64_t g_end, int lane,
-                                              float (&acc)[RT][NT][4])
+// Accumulates chunk (c, n units) from ring stage `stage` into acc.
+template <int LAYOUT, int RT, int NT>
+__device__ __forceinline__ void compute_chunk(const ring<LAYOUT, RT> &R, int stage, const cursor &c,
+                                              int n, const pq2_decode_problem &p, int groups,
+                                              int lane, float (&acc)[RT][NT][4])
 {
     const int gid = lane >> 2, tq = lane & 3;
-    const int64_t groups = p.k >> 7;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const int64_t g = g0 + u;
-        if (g >= g_end) break;
+    for (int u = 0; u < n; ++u) {
+        const int64_t g = c.g + u;
         // Activations of this group: plane s of token nt*8+gid (B fragment: 8 contiguous bytes
         // at tq*8), and d_x/64, -sum(q) of the tokens of this lane's C columns, nt*8+2tq+{0,1}.
         uint2 b[NT][4];
@@ -98,14 +189,26 @@ __device__ __forceinline__ void compute_chunk(const Chunk<RT, U> &c, const pq2_d
         }
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
-            const uint4 w = c.a[u][r];
+            const uint4 w = *R.code_slot(stage, u, r, lane);
+            float w_lo, w_hi;
+            if constexpr (LAYOUT == PQ2_LAYOUT_TILES) {
+                const uint32_t sw = *R.scale_slot(stage, u, r, lane);  // rows gid | gid+8 << 16
+                w_lo = __half2float(__ushort_as_half((unsigned short)(sw & 0xffffu)));
+                w_hi = __half2float(__ushort_as_half((unsigned short)(sw >> 16)));
+            } else {
+                const uint32_t *sw = R.scale_slot(stage, u, r, lane);
+                const int64_t row = c.rb * (16 * RT) + r * 16 + gid;
+                const int64_t r0 = row < p.n ? row : p.n - 1;
+                const int64_t r1 = row + 8 < p.n ? row + 8 : p.n - 1;
+                // the half of the aligned word holding the scale: its fp16 index parity
+                w_lo = __half2float(__ushort_as_half((unsigned short)(sw[0] >> (16 * ((r0 * groups + g) & 1)))));
+                w_hi = __half2float(__ushort_as_half((unsigned short)(sw[1] >> (16 * ((r1 * groups + g) & 1)))));
+            }
             // A fragment registers: {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7}.
             const uint32_t a0[4] = {pq2_plane<0>(w.x), pq2_plane<0>(w.z), pq2_plane<0>(w.y), pq2_plane<0>(w.w)};
             const uint32_t a1[4] = {pq2_plane<1>(w.x), pq2_plane<1>(w.z), pq2_plane<1>(w.y), pq2_plane<1>(w.w)};
             const uint32_t a2[4] = {pq2_plane<2>(w.x), pq2_plane<2>(w.z), pq2_plane<2>(w.y), pq2_plane<2>(w.w)};
             const uint32_t a3[4] = {pq2_plane<3>(w.x), pq2_plane<3>(w.z), pq2_plane<3>(w.y), pq2_plane<3>(w.w)};
-            const float w_lo = __half2float(__ushort_as_half((unsigned short)(c.ws[u][r] & 0xffffu)));
-            const float w_hi = __half2float(__ushort_as_half((unsigned short)(c.ws[u][r] >> 16)));
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 const int zero[4] = {0, 0, 0, 0};
@@ -118,7 +221,6 @@ __device__ __forceinline__ void compute_chunk(const Chunk<RT, U> &c, const pq2_d
                 pq2_mma_u8s8(d3, a3, b[nt][3].x, b[nt][3].y, zero);
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    // d_s = 4^s * X_s exactly, so 64*(X0 - sum + X1 + X2 + X3) in three shift-adds.
                     const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j];
                     const float scale = (j < 2 ? w_lo : w_hi) * xs[nt][j & 1];
                     acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
@@ -128,16 +230,96 @@ __device__ __forceinline__ void compute_chunk(const Chunk<RT, U> &c, const pq2_d
     }
 }
 
-template <int LAYOUT, int RT, int NT, int U>
-__global__ void __launch_bounds__(kMaxWarps * 32)
-decode_kernel(const pq2_decode_problem p, const int64_t groups_per_split)
+// C element j of token block nt, sub-tile r of lane `lane`: its row (in the row block) and token.
+__device__ __forceinline__ int c_row(int r, int j, int lane) { return r * 16 + (lane >> 2) + (j >= 2 ? 8 : 0); }
+__device__ __forceinline__ int c_tok(int nt, int j, int lane) { return nt * 8 + 2 * (lane & 3) + (j & 1); }
+
+// Finishes the accumulation of row block rb over units [seg_begin, seg_end) of warp w.
+template <int RT, int NT>
+__device__ __forceinline__ void finish_segment(const pq2_decode_problem &p, const stream_plan &sp,
+                                               int64_t w, int64_t u_begin, int64_t rb,
+                                               int64_t seg_begin, int64_t seg_end,
+                                               float (&acc)[RT][NT][4], int lane)
 {
-    extern __shared__ float red[];  // [warps][RT*NT*4][32]
+    constexpr int TR = 16 * RT;
+    const int64_t tile_begin = rb * sp.groups, tile_end = tile_begin + sp.groups;
+    if (seg_begin == tile_begin && seg_end == tile_end) {  // the whole row block: store
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const int64_t row = rb * TR + c_row(r, j, lane);
+                    const int tok = c_tok(nt, j, lane);
+                    if (row < p.n && tok < p.m)
+                        pq2_store_from_f32(p.y, (size_t)tok * p.n + row, p.y_dtype, acc[r][nt][j]);
+                }
+        return;
+    }
+    // Split row block: a warp has at most two such segments, its first (slot 2w) and its last
+    // (slot 2w+1); each slot holds m x TR fp32.
+    const int64_t slot = seg_begin == u_begin ? 2 * w : 2 * w + 1;
+    float *mine = p.partial + (size_t)slot * p.m * TR;
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int tok = c_tok(nt, j, lane);
+                if (tok < p.m) mine[(size_t)tok * TR + c_row(r, j, lane)] = acc[r][nt][j];
+            }
+    __threadfence();
+    __syncwarp();
+    const int64_t w_first = owner_of(tile_begin, sp), w_last = owner_of(tile_end - 1, sp);
+    unsigned last = 0;
+    if (lane == 0) last = atomicAdd(p.counters + rb, 1u) == (unsigned)(w_last - w_first);
+    last = __shfl_sync(0xffffffffu, last, 0);
+    if (!last) return;
+    __threadfence();
+    for (int e = lane; e < p.m * TR; e += 32) {
+        const int tok = e / TR, rit = e % TR;
+        const int64_t row = rb * TR + rit;
+        float v = 0.0f;
+        for (int64_t cw = w_first; cw <= w_last; ++cw) {  // fixed order: warp index
+            const int64_t cslot = range_begin(cw, sp) >= tile_begin ? 2 * cw : 2 * cw + 1;
+            v += __ldcg(p.partial + ((size_t)cslot * p.m + tok) * TR + rit);
+        }
+        if (row < p.n) pq2_store_from_f32(p.y, (size_t)tok * p.n + row, p.y_dtype, v);
+    }
+    if (lane == 0) p.counters[rb] = 0;
+}
+
+template <int LAYOUT, int RT, int NT>
+__global__ void __launch_bounds__(256) decode_kernel(const pq2_decode_problem p, const stream_plan sp)
+{
+    extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int64_t rb = blockIdx.x;
-    const int64_t groups = p.k >> 7;
-    const int64_t g_begin = (int64_t)blockIdx.y * groups_per_split;
-    const int64_t g_end = min(groups, g_begin + groups_per_split);
+    const int64_t w = (int64_t)blockIdx.x * warps + warp;
+    const int64_t u_begin = range_begin(w, sp), u_end = range_begin(w + 1, sp);
+    if (u_begin >= u_end) return;
+
+    const int groups = sp.groups, unroll = sp.unroll, stages = sp.stages;
+    const size_t ring_units = (size_t)stages * unroll * RT * 32;  // lane slots per warp
+    uint8_t *base = smem + (size_t)warp * ring_units * (16 + 4 * scale_words<LAYOUT>());
+    ring<LAYOUT, RT> R{reinterpret_cast<uint4 *>(base),
+                       reinterpret_cast<uint32_t *>(base + ring_units * 16), unroll};
+
+    cursor start;
+    start.u = u_begin;
+    start.rb = u_begin / groups;
+    start.g = (int32_t)(u_begin - start.rb * groups);
+
+    cursor pc = start;  // producer
+    for (int s = 0; s < stages - 1; ++s) {
+        if (pc.u < u_end) {
+            const int n = chunk_units(pc, u_end, groups, unroll);
+            issue_chunk(R, s, pc, n, p, groups, lane);
+            advance(pc, n, groups);
+        }
+        cp_async_commit();
+    }
 
     float acc[RT][NT][4];
 #pragma unroll
@@ -147,142 +329,138 @@ decode_kernel(const pq2_decode_problem p, const int64_t groups_per_split)
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[r][nt][j] = 0.0f;
 
-    // Register double buffer: the next chunk's loads are in flight while this one computes.
-    const int64_t step = (int64_t)warps * U;
-    int64_t g = g_begin + (int64_t)warp * U;
-    Chunk<RT, U> cur;
-    if (g < g_end) load_chunk<LAYOUT>(cur, p, rb, g, g_end, lane);
-    for (; g < g_end; g += step) {
-        Chunk<RT, U> nxt;
-        if (g + step < g_end) load_chunk<LAYOUT>(nxt, p, rb, g + step, g_end, lane);
-        compute_chunk<RT, NT, U>(cur, p, g, g_end, lane, acc);
-        cur = nxt;
-    }
-
-    constexpr int E = RT * NT * 4;
-    if (warps > 1) {
-#pragma unroll
-        for (int r = 0; r < RT; ++r)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-                    red[(warp * E + (r * NT + nt) * 4 + j) * 32 + lane] = acc[r][nt][j];
-        __syncthreads();
-    }
-
-    // Thread t finishes entries t, t + blockDim, ...: entry (e, lane) is C element j of token
-    // block nt, sub-tile r of the lane that held it.
-    const int split = gridDim.y;
-    float *out_partial = p.partial + (size_t)blockIdx.y * p.m * p.n;
-    for (int idx = threadIdx.x; idx < E * 32; idx += blockDim.x) {
-        const int e = idx >> 5, l = idx & 31;
-        const int j = e & 3, nt = (e >> 2) % NT, r = (e >> 2) / NT;
-        const int64_t row = rb * (16 * RT) + r * 16 + (l >> 2) + (j >= 2 ? 8 : 0);
-        const int tok = nt * 8 + 2 * (l & 3) + (j & 1);
-        float v;
-        if (warps > 1) {
-            v = red[e * 32 + l];
-            for (int w = 1; w < warps; ++w) v += red[(w * E + e) * 32 + l];
-        } else {
-            // Single warp: only its own lanes hold values; entry idx is this lane's (E*32 <= 32*E).
-            v = 0.0f;
-#pragma unroll
-            for (int rr = 0; rr < RT; ++rr)
-#pragma unroll
-                for (int n2 = 0; n2 < NT; ++n2)
-#pragma unroll
-                    for (int j2 = 0; j2 < 4; ++j2)
-                        if ((rr * NT + n2) * 4 + j2 == e) v = acc[rr][n2][j2];
+    cursor cc = start;  // consumer
+    int64_t seg_begin = u_begin;
+    for (int stage = 0; cc.u < u_end;) {
+        cp_async_wait_dyn(stages - 2);  // this lane's copies of chunk cc have landed
+        // Refill the stage consumed last iteration (its values are already in registers).
+        const int refill = stage == 0 ? stages - 1 : stage - 1;
+        if (pc.u < u_end) {
+            const int n = chunk_units(pc, u_end, groups, unroll);
+            issue_chunk(R, refill, pc, n, p, groups, lane);
+            advance(pc, n, groups);
         }
-        if (row >= p.n || tok >= p.m) continue;
-        if (split == 1) pq2_store_from_f32(p.y, (size_t)tok * p.n + row, p.y_dtype, v);
-        else out_partial[(size_t)tok * p.n + row] = v;
-    }
-    if (split == 1) return;
+        cp_async_commit();
 
-    // Split-K: the last block of this row block to arrive sums the splits in order 0..split-1.
-    __shared__ bool last;
-    __threadfence();
-    __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(p.counters + rb, 1u) == (unsigned)(split - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    const int64_t rows = 16 * RT;
-    for (int64_t idx = threadIdx.x; idx < rows * p.m; idx += blockDim.x) {
-        const int tok = (int)(idx / rows);
-        const int64_t row = rb * rows + idx % rows;
-        if (row >= p.n) continue;
-        float v = 0.0f;
-        for (int z = 0; z < split; ++z) v += __ldcg(p.partial + ((size_t)z * p.m + tok) * p.n + row);
-        pq2_store_from_f32(p.y, (size_t)tok * p.n + row, p.y_dtype, v);
+        const int n = chunk_units(cc, u_end, groups, unroll);
+        compute_chunk<LAYOUT, RT, NT>(R, stage, cc, n, p, groups, lane, acc);
+        const int64_t rb = cc.rb;
+        advance(cc, n, groups);
+        stage = stage + 1 == stages ? 0 : stage + 1;
+        if (cc.g == 0 || cc.u == u_end) {
+            finish_segment<RT, NT>(p, sp, w, u_begin, rb, seg_begin, cc.u, acc, lane);
+            seg_begin = cc.u;
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) acc[r][nt][j] = 0.0f;
+        }
     }
-    if (threadIdx.x == 0) p.counters[rb] = 0;
+    cp_async_wait<0>();
 }
 
-}  // namespace
-
 // ---- instances ------------------------------------------------------------------------------
-// The configurations that are compiled, as a list a reviewer can read: layout x RT x NT x U.
-// NT (token blocks of 8) follows from m; warps and split are runtime values.
-#define PQ2_DECODE_INSTANCES(X)                                                                  \
-    X(PQ2_LAYOUT_TILES, 1, 1, 2) X(PQ2_LAYOUT_TILES, 1, 1, 4)                                     \
-    X(PQ2_LAYOUT_TILES, 2, 1, 2) X(PQ2_LAYOUT_TILES, 2, 1, 4)                                     \
-    X(PQ2_LAYOUT_TILES, 4, 1, 1) X(PQ2_LAYOUT_TILES, 4, 1, 2)                                     \
-    X(PQ2_LAYOUT_TILES, 1, 2, 2) X(PQ2_LAYOUT_TILES, 2, 2, 2) X(PQ2_LAYOUT_TILES, 4, 2, 1)         \
-    X(PQ2_LAYOUT_PLANES, 1, 1, 2) X(PQ2_LAYOUT_PLANES, 1, 1, 4)                                   \
-    X(PQ2_LAYOUT_PLANES, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 4)                                   \
-    X(PQ2_LAYOUT_PLANES, 4, 1, 1) X(PQ2_LAYOUT_PLANES, 4, 1, 2)                                   \
-    X(PQ2_LAYOUT_PLANES, 1, 2, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 2) X(PQ2_LAYOUT_PLANES, 4, 2, 1)
+// The compiled kernels, as a list a reviewer can read: layout x RT (sub-tiles per unit) x NT
+// (token blocks of 8: 1 for m <= 8, 2 for m <= 16). Warps, unroll, stages, blocks are runtime.
+#define PQ2_DECODE_INSTANCES(X)                                                                 \
+    X(PQ2_LAYOUT_TILES, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1) X(PQ2_LAYOUT_TILES, 4, 1)                \
+    X(PQ2_LAYOUT_TILES, 1, 2) X(PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 2)                \
+    X(PQ2_LAYOUT_PLANES, 1, 1) X(PQ2_LAYOUT_PLANES, 2, 1) X(PQ2_LAYOUT_PLANES, 4, 1)             \
+    X(PQ2_LAYOUT_PLANES, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2) X(PQ2_LAYOUT_PLANES, 4, 2)
 
-using decode_fn = void (*)(const pq2_decode_problem, const int64_t);
+using decode_fn = void (*)(const pq2_decode_problem, const stream_plan);
 
-static decode_fn find_instance(int32_t layout, int32_t rt, int nt, int32_t unroll)
+decode_fn find_instance(int32_t layout, int32_t rt, int nt)
 {
-#define PQ2_MATCH(L, R, N, U) \
-    if (layout == (L) && rt == (R) && nt == (N) && unroll == (U)) return decode_kernel<L, R, N, U>;
+#define PQ2_MATCH(L, R, N) \
+    if (layout == (L) && rt == (R) && nt == (N)) return decode_kernel<L, R, N>;
     PQ2_DECODE_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
     return nullptr;
 }
 
-static int token_blocks(int64_t m) { return m <= 8 ? 1 : 2; }
+int token_blocks(int64_t m) { return m <= 8 ? 1 : 2; }
+
+size_t ring_bytes(const pq2_decode_config &cfg, int32_t layout)
+{
+    const int sw = layout == PQ2_LAYOUT_TILES ? 1 : 2;
+    return (size_t)cfg.warps * cfg.stages * cfg.unroll * cfg.rt * 32 * (16 + 4 * sw);
+}
+
+}  // namespace
+
+pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin)
+{
+#define PQ2_ATTR(L, R, N) \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(decode_kernel<L, R, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin));
+    PQ2_DECODE_INSTANCES(PQ2_ATTR)
+#undef PQ2_ATTR
+    return PQ2_OK;
+}
 
 pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                   int32_t layout_rt, int64_t m)
+                                   int32_t layout_rt, int64_t m, int max_smem)
 {
     if (layout == PQ2_LAYOUT_TILES && cfg.rt != layout_rt)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config rt=%d must equal the tile-major layout's rt=%d", fn,
                              (int)cfg.rt, (int)layout_rt);
-    if (cfg.warps != 1 && cfg.warps != 2 && cfg.warps != 4 && cfg.warps != 8)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config warps=%d is not 1, 2, 4 or 8",
-                             fn, (int)cfg.warps);
-    if (cfg.split < 1 || cfg.split > 64)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config split=%d is not in 1..64", fn,
-                             (int)cfg.split);
-    if (!find_instance(layout, cfg.rt, token_blocks(m), cfg.unroll))
+    if (cfg.rt != 1 && cfg.rt != 2 && cfg.rt != 4)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config rt=%d is not 1, 2 or 4", fn, (int)cfg.rt);
+    if (cfg.warps < 1 || cfg.warps > 8)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config warps=%d is not in 1..8", fn, (int)cfg.warps);
+    if (cfg.unroll < 1 || cfg.unroll > 8)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config unroll=%d is not in 1..8", fn, (int)cfg.unroll);
+    if (cfg.stages < 2 || cfg.stages > 8)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config stages=%d is not in 2..8", fn, (int)cfg.stages);
+    if (cfg.blocks < 0)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config blocks=%d is negative", fn, (int)cfg.blocks);
+    const size_t smem = ring_bytes(cfg, layout);
+    if (smem > (size_t)max_smem)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: no compiled decode kernel for layout %s rt=%d unroll=%d at m=%lld "
-                             "(see PQ2_DECODE_INSTANCES in decode.cu)",
-                             fn, pq2_layout_name(layout), (int)cfg.rt, (int)cfg.unroll, (long long)m);
+                             "%s: config warps=%d unroll=%d stages=%d rt=%d needs %zu bytes of shared "
+                             "memory per block; the device allows %d",
+                             fn, (int)cfg.warps, (int)cfg.unroll, (int)cfg.stages, (int)cfg.rt, smem, max_smem);
+    if (!find_instance(layout, cfg.rt, token_blocks(m)))
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: no compiled decode kernel for layout %s rt=%d m=%lld",
+                             fn, pq2_layout_name(layout), (int)cfg.rt, (long long)m);
+    return PQ2_OK;
+}
+
+pq2_status pq2_decode_grid(const char *fn, const pq2_decode_config &cfg, int32_t layout,
+                           int64_t m, int64_t n, int64_t k, int sms, int64_t *blocks)
+{
+    const int64_t units = pq2_decode_row_blocks(n, cfg.rt) * (k >> 7);
+    int64_t b = cfg.blocks;
+    if (b == 0) {
+        int per_sm = 0;
+        PQ2_CUDA_TRY(fn, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                             &per_sm, find_instance(layout, cfg.rt, token_blocks(m)), cfg.warps * 32,
+                             ring_bytes(cfg, layout)));
+        if (per_sm < 1)
+            return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: config warps=%d unroll=%d stages=%d does not fit on an SM",
+                                 fn, (int)cfg.warps, (int)cfg.unroll, (int)cfg.stages);
+        b = (int64_t)per_sm * sms;
+    }
+    const int64_t useful = (units + cfg.warps - 1) / cfg.warps;  // no block without work
+    if (b > useful) b = useful;
+    if (b > INT32_MAX) b = INT32_MAX;
+    *blocks = b;
     return PQ2_OK;
 }
 
 pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
-                             const pq2_decode_config &cfg, cudaStream_t stream)
+                             const pq2_decode_config &cfg, int64_t blocks, cudaStream_t stream)
 {
-    const int nt = token_blocks(p.m);
-    decode_fn kernel = find_instance(p.layout, cfg.rt, nt, cfg.unroll);
-    const int64_t groups = p.k >> 7;
-    int64_t per;
-    int32_t splits;
-    pq2_decode_split(groups, cfg.split, &per, &splits);
-    const int64_t row_blocks = pq2_decode_row_blocks(p.n, cfg.rt);
-    if (row_blocks > INT32_MAX)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: n=%lld is too large", fn, (long long)p.n);
-    const size_t smem = cfg.warps > 1 ? (size_t)cfg.warps * cfg.rt * nt * 4 * 32 * sizeof(float) : 0;
-    kernel<<<dim3((unsigned)row_blocks, (unsigned)splits), dim3(cfg.warps * 32), smem, stream>>>(p, per);
+    stream_plan sp;
+    sp.groups = (int32_t)(p.k >> 7);
+    sp.units = pq2_decode_row_blocks(p.n, cfg.rt) * sp.groups;
+    sp.total_warps = blocks * cfg.warps;
+    sp.unroll = cfg.unroll;
+    sp.stages = cfg.stages;
+    decode_fn kernel = find_instance(p.layout, cfg.rt, token_blocks(p.m));
+    kernel<<<dim3((unsigned)blocks), dim3(cfg.warps * 32), ring_bytes(cfg, p.layout), stream>>>(p, sp);
     return pq2_launch_status(fn);
 }

@@ -10,8 +10,8 @@ struct pq2_decode_problem {
     const float *xs;         // [m][k/128]
     const int32_t *sums;     // [m][k/128]
     void *y;                 // [m][n], y_dtype
-    float *partial;          // split-K partial sums [split][m][n] (split > 1)
-    uint32_t *counters;      // split-K completion counters, one per row block, zero on entry
+    float *partial;          // partial sums of row blocks split between warps [2 * warps][m][16*rt]
+    uint32_t *counters;      // arrival counters, one per row block, zero on entry
     int64_t n, k;
     int32_t m, layout, y_dtype;
 };
@@ -19,19 +19,21 @@ struct pq2_decode_problem {
 // Row blocks (blocks along N) of a configuration: ceil(n / (16 * rt)).
 static inline int64_t pq2_decode_row_blocks(int64_t n, int32_t rt) { return (n + 16 * rt - 1) / (16 * rt); }
 
-// Groups per split and the number of splits that are non-empty for cfg.split requested.
-static inline void pq2_decode_split(int64_t groups, int32_t split, int64_t *per, int32_t *used)
-{
-    int64_t p = (groups + split - 1) / split;
-    *per = p;
-    *used = (int32_t)((groups + p - 1) / p);
-}
+// One-time per device: lets every decode kernel use up to max_smem_optin bytes of shared memory.
+pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin);
 
-// Launches the decode kernel for a validated problem and configuration (cfg already checked
-// against the supported set by pq2_decode_check_config).
-pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
-                             const pq2_decode_config &cfg, cudaStream_t stream);
-
-// PQ2_OK when the family has an instance for cfg with this layout and m, else an error.
+// PQ2_OK when the family has an instance for cfg with this layout and m that fits in max_smem
+// bytes of shared memory per block, else an error naming the values.
 pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                   int32_t layout_rt, int64_t m);
+                                   int32_t layout_rt, int64_t m, int max_smem);
+
+// The grid size cfg gives on a device with `sms` multiprocessors (cfg.blocks, or one full wave
+// when 0, never more blocks than there is work for). Deterministic per device.
+pq2_status pq2_decode_grid(const char *fn, const pq2_decode_config &cfg, int32_t layout,
+                           int64_t m, int64_t n, int64_t k, int sms, int64_t *blocks);
+
+// Launches the decode kernel for a validated problem and configuration. Needs p.counters
+// (row blocks of cfg.rt) zeroed and p.partial sized 2 * blocks * cfg.warps * m * 16 * cfg.rt
+// floats.
+pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
+                             const pq2_decode_config &cfg, int64_t blocks, cudaStream_t stream);

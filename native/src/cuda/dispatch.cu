@@ -11,30 +11,36 @@ namespace {
 
 constexpr int kMaxDevices = 64;
 // Per-device facts read once (init-time cache; the only global state of the library).
-std::atomic<int> g_sms[kMaxDevices];   // multiprocessor count, 0 = not read yet
-std::atomic<int> g_cc[kMaxDevices];    // compute capability major*10+minor
+struct device_info {
+    std::atomic<int> ready;  // 0 = not read yet
+    int sms, cc, max_smem;
+};
+device_info g_dev[kMaxDevices];
 
-pq2_status device_facts(const char *fn, int *sms)
+pq2_status device_facts(const char *fn, int *sms, int *max_smem)
 {
     int dev = 0;
     PQ2_CUDA_TRY(fn, cudaGetDevice(&dev));
     if (dev < 0 || dev >= kMaxDevices)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: device ordinal %d is beyond %d", fn, dev, kMaxDevices);
-    int n = g_sms[dev].load(std::memory_order_acquire);
-    if (n == 0) {
-        int major = 0, minor = 0;
+    device_info &d = g_dev[dev];
+    if (!d.ready.load(std::memory_order_acquire)) {
+        // Racing threads compute the same values; the stores are idempotent.
+        int major = 0, minor = 0, n = 0, smem = 0;
         PQ2_CUDA_TRY(fn, cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev));
         PQ2_CUDA_TRY(fn, cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
         PQ2_CUDA_TRY(fn, cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
-        g_cc[dev].store(major * 10 + minor, std::memory_order_relaxed);
-        g_sms[dev].store(n, std::memory_order_release);
+        PQ2_CUDA_TRY(fn, cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+        if (major * 10 + minor < 80)
+            return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                                 "%s: device %d has compute capability %d.%d; pq2 kernels need 8.0 or "
+                                 "newer (int8 mma.m16n8k32, cp.async)", fn, dev, major, minor);
+        PQ2_CHECK(pq2_decode_init_device(fn, smem));
+        d.sms = n, d.cc = major * 10 + minor, d.max_smem = smem;
+        d.ready.store(1, std::memory_order_release);
     }
-    const int cc = g_cc[dev].load(std::memory_order_relaxed);
-    if (cc < 80)
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: device %d has compute capability %d.%d; pq2 kernels need 8.0 or "
-                             "newer (int8 mma.m16n8k32)", fn, dev, cc / 10, cc % 10);
-    *sms = n;
+    *sms = d.sms;
+    *max_smem = d.max_smem;
     return PQ2_OK;
 }
 
@@ -50,45 +56,35 @@ struct tuned_entry {
 
 #define TILES PQ2_LAYOUT_TILES
 #define PLANES PQ2_LAYOUT_PLANES
-#define PQ2_TUNED(layout, m_max, n, k, layout_rt, rt, warps, unroll, split) \
-    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, split}},
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, rt, warps, unroll, stages, blocks) \
+    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks}},
 const tuned_entry kTable[] = {
 #include "decode_table.inc"
-    {-1, 0, 0, 0, 0, {0, 0, 0, 0}}};
+    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0}}};
 #undef PQ2_TUNED
 #undef TILES
 #undef PLANES
 
-int token_blocks(int64_t m) { return m <= 8 ? 1 : 2; }
-
-// Fallback for shapes the table does not list: enough blocks to cover every SM a few times,
-// split-K when the rows alone cannot, each warp keeping ~2-4 KB of weights in flight.
-pq2_decode_config fallback_config(const pq2_view &v, int64_t m, int sms)
+// Fallback for shapes the table does not list: one full wave of warps, each keeping three
+// chunks of 2 units (3 KB at rt 1) in flight.
+pq2_decode_config fallback_config(const pq2_view &v)
 {
     pq2_decode_config c;
-    const int nt = token_blocks(m);
-    if (v.layout == PQ2_LAYOUT_TILES) c.rt = v.rt;
-    else c.rt = pq2_decode_row_blocks(v.n, 2) >= 2 * sms ? 2 : 1;
-    c.unroll = c.rt == 4 ? (nt == 1 ? 2 : 1) : (nt == 1 ? 4 : 2);
-    const int64_t chunks = (v.groups + c.unroll - 1) / c.unroll;
-    c.warps = chunks >= 8 ? 8 : chunks >= 4 ? 4 : chunks >= 2 ? 2 : 1;
-    const int64_t blocks = pq2_decode_row_blocks(v.n, c.rt);
-    const int64_t want = 4LL * sms;
-    int64_t split = blocks >= want ? 1 : (want + blocks - 1) / blocks;
-    const int64_t max_split = chunks / c.warps > 1 ? chunks / c.warps : 1;
-    if (split > max_split) split = max_split;
-    if (split > 64) split = 64;
-    c.split = (int32_t)split;
+    c.rt = v.layout == PQ2_LAYOUT_TILES ? v.rt : 2;
+    c.warps = 4;
+    c.unroll = 2;
+    c.stages = 4;
+    c.blocks = 0;
     return c;
 }
 
-pq2_decode_config choose_config(const pq2_view &v, int64_t m, int sms)
+pq2_decode_config choose_config(const pq2_view &v, int64_t m)
 {
     for (const tuned_entry *e = kTable; e->layout >= 0; ++e)
         if (e->layout == v.layout && e->n == v.n && e->k == v.k && m <= e->m_max &&
             (v.layout != PQ2_LAYOUT_TILES || e->layout_rt == v.rt))
             return e->cfg;
-    return fallback_config(v, m, sms);
+    return fallback_config(v);
 }
 
 // Workspace carving, every region 256-byte aligned.
@@ -98,27 +94,24 @@ struct workspace_plan {
 
 size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
 
-workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_decode_config &cfg)
+workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_decode_config &cfg, int64_t blocks)
 {
     workspace_plan w;
-    int64_t per;
-    int32_t splits;
-    pq2_decode_split(v.groups, cfg.split, &per, &splits);
     size_t off = 0;
     w.q8 = off, off = align256(off + (size_t)m * v.k);
     w.xs = off, off = align256(off + (size_t)m * v.groups * sizeof(float));
     w.sums = off, off = align256(off + (size_t)m * v.groups * sizeof(int32_t));
-    w.counters = off;
-    if (splits > 1) off = align256(off + (size_t)pq2_decode_row_blocks(v.n, cfg.rt) * sizeof(uint32_t));
-    w.partial = off;
-    if (splits > 1) off = align256(off + (size_t)splits * m * v.n * sizeof(float));
+    w.counters = off, off = align256(off + (size_t)pq2_decode_row_blocks(v.n, cfg.rt) * sizeof(uint32_t));
+    w.partial = off, off = align256(off + (size_t)2 * blocks * cfg.warps * m * 16 * cfg.rt * sizeof(float));
     w.total = off;
     return w;
 }
 
-// Shared checks of the matmul entry points: weights view, m, dtype, config; fills v and cfg.
+// Shared checks of the matmul entry points: weights view, m, dtype, config; fills v, cfg and
+// the grid size.
 pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dtype,
-                   const pq2_decode_config *cfg_in, pq2_view *v, pq2_decode_config *cfg, int *sms)
+                   const pq2_decode_config *cfg_in, pq2_view *v, pq2_decode_config *cfg,
+                   int64_t *blocks)
 {
     PQ2_CHECK(pq2_view_of_weights(v, fn, "", w));
     if (v->layout != PQ2_LAYOUT_PLANES && v->layout != PQ2_LAYOUT_TILES)
@@ -133,14 +126,17 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: y_dtype=%d is not f32 (0), f16 (1) or bf16 (2)",
                              fn, (int)y_dtype);
     PQ2_CHECK_ALIGN(fn, w->data, 16);
-    PQ2_CHECK(device_facts(fn, sms));
-    *cfg = cfg_in ? *cfg_in : choose_config(*v, m, *sms);
-    return pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m);
+    int sms, max_smem;
+    PQ2_CHECK(device_facts(fn, &sms, &max_smem));
+    *cfg = cfg_in ? *cfg_in : choose_config(*v, m);
+    PQ2_CHECK(pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m, max_smem));
+    return pq2_decode_grid(fn, *cfg, v->layout, m, v->n, v->k, sms, blocks);
 }
 
-pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config &cfg, int64_t m,
-                      const int8_t *q8, const float *xs, const int32_t *sums, void *y,
-                      int32_t y_dtype, uint8_t *ws, const workspace_plan &plan, cudaStream_t stream)
+pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config &cfg,
+                      int64_t blocks, int64_t m, const int8_t *q8, const float *xs,
+                      const int32_t *sums, void *y, int32_t y_dtype, uint8_t *ws,
+                      const workspace_plan &plan, cudaStream_t stream)
 {
     pq2_decode_problem p;
     p.codes = v.data;
@@ -149,7 +145,7 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
-    return pq2_decode_launch(fn, p, cfg, stream);
+    return pq2_decode_launch(fn, p, cfg, blocks, stream);
 }
 
 }  // namespace
@@ -158,8 +154,8 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
 
 extern "C" PQ2_API pq2_status pq2_cuda_init(void)
 {
-    int sms;
-    PQ2_CHECK(device_facts("pq2_cuda_init", &sms));
+    int sms, max_smem;
+    PQ2_CHECK(device_facts("pq2_cuda_init", &sms, &max_smem));
     return pq2_ok();
 }
 
@@ -169,8 +165,8 @@ extern "C" PQ2_API pq2_status pq2_decode_config_for(const pq2_weights *w, int64_
     static const char fn[] = "pq2_decode_config_for";
     PQ2_CHECK_PTR(fn, cfg);
     pq2_view v;
-    int sms;
-    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, nullptr, &v, cfg, &sms));
+    int64_t blocks;
+    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, nullptr, &v, cfg, &blocks));
     return pq2_ok();
 }
 
@@ -181,9 +177,9 @@ extern "C" PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, in
     PQ2_CHECK_PTR(fn, bytes);
     pq2_view v;
     pq2_decode_config cfg;
-    int sms;
-    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, cfg_in, &v, &cfg, &sms));
-    *bytes = plan_workspace(v, m, cfg).total;
+    int64_t blocks;
+    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, cfg_in, &v, &cfg, &blocks));
+    *bytes = plan_workspace(v, m, cfg, blocks).total;
     return pq2_ok();
 }
 
@@ -212,20 +208,19 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
                              fn, (int)x_dtype);
     pq2_view v;
     pq2_decode_config cfg;
-    int sms;
-    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &v, &cfg, &sms));
-    const workspace_plan plan = plan_workspace(v, m, cfg);
+    int64_t blocks;
+    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &v, &cfg, &blocks));
+    const workspace_plan plan = plan_workspace(v, m, cfg, blocks);
     PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, plan.total));
     uint8_t *ws = static_cast<uint8_t *>(workspace);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const int32_t n_counters = plan.partial > plan.counters
-        ? (int32_t)pq2_decode_row_blocks(v.n, cfg.rt) : 0;
+    const int32_t n_counters = (int32_t)pq2_decode_row_blocks(v.n, cfg.rt);
     int8_t *q8 = reinterpret_cast<int8_t *>(ws + plan.q8);
     float *xs = reinterpret_cast<float *>(ws + plan.xs);
     int32_t *sums = reinterpret_cast<int32_t *>(ws + plan.sums);
     PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, v.k, q8, xs, sums,
                                   reinterpret_cast<uint32_t *>(ws + plan.counters), n_counters, s));
-    PQ2_CHECK(run_decode(fn, v, cfg, m, q8, xs, sums, y, y_dtype, ws, plan, s));
+    PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, xs, sums, y, y_dtype, ws, plan, s));
     return pq2_ok();
 }
 
@@ -246,14 +241,14 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     PQ2_CHECK_ALIGN(fn, y, 16);
     pq2_view v;
     pq2_decode_config cfg;
-    int sms;
-    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &v, &cfg, &sms));
-    const workspace_plan plan = plan_workspace(v, m, cfg);
+    int64_t blocks;
+    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &v, &cfg, &blocks));
+    const workspace_plan plan = plan_workspace(v, m, cfg, blocks);
     PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, plan.total));
     uint8_t *ws = static_cast<uint8_t *>(workspace);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    if (plan.partial > plan.counters)  // split-K counters must start at zero
-        PQ2_CUDA_TRY(fn, cudaMemsetAsync(ws + plan.counters, 0, plan.partial - plan.counters, s));
-    PQ2_CHECK(run_decode(fn, v, cfg, m, q8, scales, sums, y, y_dtype, ws, plan, s));
+    // The arrival counters must start at zero (pq2_matmul_cuda clears them in its quantiser).
+    PQ2_CUDA_TRY(fn, cudaMemsetAsync(ws + plan.counters, 0, plan.partial - plan.counters, s));
+    PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, scales, sums, y, y_dtype, ws, plan, s));
     return pq2_ok();
 }

@@ -58,8 +58,9 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         // __fdiv_rn: the correctly rounded division the spec names, even under fast-math flags.
-        float q = fminf(127.0f, fmaxf(-127.0f, rintf(__fdiv_rn(v[j], div))));
-        int qi = (int)q;
+        // A NaN quotient (inf or NaN input) gives 0, as the host reference does.
+        const float q = rintf(__fdiv_rn(v[j], div));
+        const int qi = q == q ? (int)fminf(127.0f, fmaxf(-127.0f, q)) : 0;
         out[j * 32] = (int8_t)qi;
         sum += qi;
     }

@@ -41,15 +41,14 @@ PQ2_API pq2_status pq2_ptq1_to_pq2(const void *src, size_t src_bytes, void *dst,
     for (int64_t b = 0; b < n_blocks; b++) {
         ptq1_block in;
         pq2_block out;
+        uint8_t codes[PQ2_BLOCK_WEIGHTS];
         memcpy(&in, s + (size_t)b * PTQ1_BLOCK_BYTES, sizeof in);
-        memset(&out, 0, sizeof out);
-        out.d = in.d;
         for (int i = 0; i < 24; i++)
-            for (int n = 0; n < 5; n++)
-                pq2_put_code(out.qs, ptq1_qs_element(i, n), ptq1_get_digit(in.qs[i], n));
+            for (int n = 0; n < 5; n++) codes[ptq1_qs_element(i, n)] = (uint8_t)ptq1_get_digit(in.qs[i], n);
         for (int h = 0; h < 2; h++)
-            for (int n = 0; n < 4; n++)
-                pq2_put_code(out.qs, ptq1_qh_element(h, n), ptq1_get_digit(in.qh[h], n));
+            for (int n = 0; n < 4; n++) codes[ptq1_qh_element(h, n)] = (uint8_t)ptq1_get_digit(in.qh[h], n);
+        pq2_pack_codes(codes, out.qs);
+        out.d = in.d;
         memcpy(d + (size_t)b * PQ2_BLOCK_BYTES, &out, sizeof out);
     }
     return pq2_ok();
@@ -71,21 +70,23 @@ PQ2_API pq2_status pq2_pq2_to_ptq1(const void *src, size_t src_bytes, void *dst,
     for (int64_t b = 0; b < n_blocks; b++) {
         pq2_block in;
         ptq1_block out;
+        uint8_t codes[PQ2_BLOCK_WEIGHTS];
         unsigned x[5];
         memcpy(&in, s + (size_t)b * PQ2_BLOCK_BYTES, sizeof in);
-        for (int j = 0; j < PQ2_BLOCK_WEIGHTS; j++) {
-            if (pq2_get_code(in.qs, j) == 3)
-                return pq2_set_error(PQ2_ERR_UNREPRESENTABLE,
-                                     "%s: block %" PRId64 " of row %" PRId64
-                                     " holds code 3 (+2), which PTQ1_0 cannot encode",
-                                     fn, b % blocks_per_row, b / blocks_per_row);
-        }
+        pq2_unpack_codes(in.qs, codes);
+        unsigned has3 = 0;
+        for (int j = 0; j < PQ2_BLOCK_WEIGHTS; j++) has3 |= codes[j] == 3;
+        if (has3)
+            return pq2_set_error(PQ2_ERR_UNREPRESENTABLE,
+                                 "%s: block %" PRId64 " of row %" PRId64
+                                 " holds code 3 (+2), which PTQ1_0 cannot encode",
+                                 fn, b % blocks_per_row, b / blocks_per_row);
         for (int i = 0; i < 24; i++) {
-            for (int n = 0; n < 5; n++) x[n] = pq2_get_code(in.qs, ptq1_qs_element(i, n));
+            for (int n = 0; n < 5; n++) x[n] = codes[ptq1_qs_element(i, n)];
             out.qs[i] = ptq1_pack_digits(x, 5);
         }
         for (int h = 0; h < 2; h++) {
-            for (int n = 0; n < 4; n++) x[n] = pq2_get_code(in.qs, ptq1_qh_element(h, n));
+            for (int n = 0; n < 4; n++) x[n] = codes[ptq1_qh_element(h, n)];
             out.qh[h] = ptq1_pack_digits(x, 4);
         }
         out.d = in.d;
@@ -114,10 +115,11 @@ PQ2_API pq2_status pq2_tq2_to_pq2(const void *src, size_t src_bytes, void *dst, 
         memcpy(&in, s + (size_t)b * TQ2_BLOCK_BYTES, sizeof in);
         for (int half = 0; half < 2; half++) {
             pq2_block out;
-            memset(&out, 0, sizeof out);
-            out.d = in.d;
+            uint8_t codes[PQ2_BLOCK_WEIGHTS];
             for (int j = 0; j < PQ2_BLOCK_WEIGHTS; j++)
-                pq2_put_code(out.qs, j, tq2_get_code(in.qs, half * PQ2_BLOCK_WEIGHTS + j));
+                codes[j] = (uint8_t)tq2_get_code(in.qs, half * PQ2_BLOCK_WEIGHTS + j);
+            pq2_pack_codes(codes, out.qs);
+            out.d = in.d;
             memcpy(d + ((size_t)b * 2 + (size_t)half) * PQ2_BLOCK_BYTES, &out, sizeof out);
         }
     }

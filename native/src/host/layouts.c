@@ -46,7 +46,10 @@ pq2_status pq2_view_init(pq2_view *v, const char *fn, const char *what, int32_t 
         v->tile_rows = (int64_t)PQ2_SUBTILE_ROWS * rt;
         /* ceil without n + TR - 1, which could overflow */
         int64_t tiles = n / v->tile_rows + (n % v->tile_rows != 0);
-        v->rows = tiles * v->tile_rows; /* tiles <= n / 16 + 1, so this cannot overflow */
+        if (tiles > INT64_MAX / v->tile_rows)
+            return pq2_set_error(PQ2_ERR_SHAPE, "%s: %sn=%" PRId64 " rt=%" PRId32 " has too many rows", fn,
+                                 what, n, rt);
+        v->rows = tiles * v->tile_rows;
     }
 
     uint64_t row_bytes, bytes;
@@ -95,9 +98,13 @@ static inline size_t scale_offset(const pq2_view *v, int64_t row, int64_t g)
     case PQ2_LAYOUT_RAW: return (size_t)(row * v->groups + g) * PQ2_BLOCK_BYTES;
     case PQ2_LAYOUT_PLANES: return v->scale_offset + (size_t)(row * v->groups + g) * 2;
     default: {
+        /* pairs: the scales of sub-tile rows i and i+8 are adjacent, so the lane that holds
+         * rows gid and gid+8 of an MMA fragment reads both with one 4-byte load */
         int64_t t = row / v->tile_rows;
         int64_t in_tile = row % v->tile_rows;
-        return v->scale_offset + (size_t)((t * v->groups + g) * v->tile_rows + in_tile) * 2;
+        int64_t r = in_tile / PQ2_SUBTILE_ROWS, in_sub = in_tile % PQ2_SUBTILE_ROWS;
+        int64_t idx = ((t * v->groups + g) * v->rt + r) * PQ2_SUBTILE_ROWS + (in_sub % 8) * 2 + in_sub / 8;
+        return v->scale_offset + (size_t)idx * 2;
     }
     }
 }

@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+"""Tune the decode family's configuration table on the GPU and write it back.
+
+For each shape of TARGETS.md, each M bucket (1, 2, 3-4, 5-8, 9-16, timed at its largest M) and
+each resident layout, times every configuration of the search space as CUDA-graph replays over
+rotating weight copies of ternary content (activation quantisation included), keeps the fastest,
+and writes native/src/cuda/decode_table.inc (--write) plus the full measurements (--json).
+
+    python3 tools/tune_decode.py --write native/src/cuda/decode_table.inc --json tune.json
+Rebuild libpq2 afterwards: the table is compiled in.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import itertools
+import json
+import sys
+
+import torch
+
+from bench_decode import SHAPES, copies_for, environment, pq2_bytes, resident, time_pq2
+from pyq2 import _native
+from pyq2.errors import Pq2Error
+from pyq2.gpu import CONFIG_FIELDS, decode_config
+
+M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
+
+
+def search_space(layout, layout_rt, m):
+    rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
+    for rt, warps, unroll, stages in itertools.product(rts, (2, 4, 8), (1, 2, 4), (3, 4, 6)):
+        yield (rt, warps, unroll, stages, 0)
+
+
+def tune(shapes, layouts, ms, replays, log):
+    entries, rows = [], []
+    for name in shapes:
+        n, k, _ = SHAPES[name]
+        for layout, layout_rt in layouts:
+            ws = resident(n, k, layout, layout_rt, copies_for(pq2_bytes(n, k)))
+            for m in ms:
+                best = None
+                for cfg in search_space(layout, layout_rt, m):
+                    try:
+                        us = time_pq2(ws, m, decode_config(*cfg), replays=replays)
+                    except Pq2Error as e:
+                        if e.status_name != "PQ2_ERR_UNSUPPORTED":
+                            raise
+                        continue
+                    rows.append({"shape": name, "layout": layout, "layout_rt": layout_rt, "m": m,
+                                 "config": dict(zip(CONFIG_FIELDS, cfg)), "us": us})
+                    if best is None or us < best[0]:
+                        best = (us, cfg)
+                default_us = time_pq2(ws, m, None, replays=replays)
+                gbs = pq2_bytes(n, k) / (best[0] * 1e-6) / 1e9
+                log(f"{name:8s} {layout}{layout_rt or ''} M={m:2d}: best {best[0]:8.1f} us ({gbs:5.0f} GB/s) "
+                    f"{dict(zip(CONFIG_FIELDS, best[1]))}  (current table/fallback {default_us:.1f} us)")
+                entries.append((layout, m, n, k, layout_rt, best[1], best[0]))
+            del ws
+            torch.cuda.empty_cache()
+    return entries, rows
+
+
+def render_table(entries, env):
+    lines = [
+        "// The decode family's tuned configurations: one line per (layout, m range, shape).",
+        "// Rewritten by tools/tune_decode.py from measurements on the GPU; shapes not listed use",
+        "// fallback_config() in dispatch.cu.",
+        f"// Generated {env['date']} on {env['gpu']} ({env['nvidia_smi']}), commit {env['commit']}.",
+        "//",
+        "// PQ2_TUNED(layout, m_max, n, k, layout_rt, rt, warps, unroll, stages, blocks)  // us",
+    ]
+    for layout, m, n, k, layout_rt, cfg, us in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[4], e[1])):
+        args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt) + tuple(cfg))
+        lines.append(f"PQ2_TUNED({args})  // {us:.1f} us")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--ms", default=",".join(map(str, M_BUCKETS)))
+    ap.add_argument("--layouts", default="tiles:4,planes:0")
+    ap.add_argument("--replays", type=int, default=10)
+    ap.add_argument("--write", help="decode_table.inc to write")
+    ap.add_argument("--json")
+    args = ap.parse_args(argv)
+    _native.check(_native.load()[1].pq2_cuda_init())
+    env = environment()
+    layouts = [(a, int(b)) for a, b in (v.split(":") for v in args.layouts.split(","))]
+    entries, rows = tune(args.shapes.split(","), layouts, [int(m) for m in args.ms.split(",")],
+                         args.replays, lambda s: print(s, flush=True))
+    if args.write:
+        with open(args.write, "w") as f:
+            f.write(render_table(entries, env))
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"env": env, "rows": rows,
+                       "best": [dict(layout=e[0], m_max=e[1], n=e[2], k=e[3], layout_rt=e[4],
+                                     config=dict(zip(CONFIG_FIELDS, e[5])), us=e[6]) for e in entries]},
+                      f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
