@@ -60,6 +60,7 @@ from .errors import FormatError
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
+RELEASE_BEHIND = 1 << 20
 
 PQ2_0 = 142
 PTQ1_0 = 143
@@ -357,7 +358,9 @@ class GGUFFile:
             return
         stop = t.nbytes if stop is None else stop
         page = mmap.PAGESIZE
-        lo = (t.offset + start) // page * page
+        # Page faults map a window around the faulting page (fault-around, 64 KB by default), so
+        # bytes just before `start`, released earlier, may be mapped again: release them too.
+        lo = max(0, (t.offset + start - RELEASE_BEHIND) // page * page)
         hi = min(-(-(t.offset + stop) // page) * page, len(self._mm))
         if hi > lo:
             self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)

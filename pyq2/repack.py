@@ -3,8 +3,11 @@
 Every PQ2_0 tensor, every PTQ1_0 and TQ2_0 tensor (both first turned into PQ2_0 blocks, which is
 lossless) and every weight an earlier pyq2 run repacked is converted to the requested layout
 ("raw", "planes" or "tiles"; see pyq2.gguf_io for how planes/tiles weights are stored). All other
-tensors and all metadata pass through byte for byte. The file is streamed: one tensor in memory
-at a time, written to a temporary file that replaces OUT only when complete.
+tensors and all metadata pass through byte for byte. The file is streamed: weights are read,
+checked and converted in slices of rows, other tensors copied in chunks, and every piece is
+written and dropped before the next is read, into a temporary file that replaces OUT only when
+complete. Peak memory is therefore a few slices (tools/repack_memory.py measures it), whatever the
+size of the model or of its largest tensor.
 
 The conversions run in libpq2 when it loads (pyq2.host) and in numpy otherwise (pyq2.layouts,
 pyq2.formats); both produce the same bytes.
@@ -200,10 +203,10 @@ def _check_paths(in_path: str, out_path: str, force: bool) -> None:
         same = os.path.samefile(in_path, out_path)
     if same:
         raise RepackError(f"output {out_path} is the input file; choose another -o")
-    if os.path.lexists(out_path) and not force:
-        raise RepackError(f"output {out_path} exists (use --force to overwrite)")
     if os.path.isdir(out_path):
         raise RepackError(f"output {out_path} is a directory")
+    if os.path.lexists(out_path) and not force:
+        raise RepackError(f"output {out_path} exists (use --force to overwrite)")
 
 
 def _weight_plan(gf: GGUFFile, ops: _Ops, t: Tensor, layout: str, rt: int):

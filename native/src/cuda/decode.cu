@@ -35,20 +35,22 @@ __device__ __forceinline__ uint32_t smem_addr(const void *p)
 __device__ __forceinline__ void cp_async16(void *dst, const void *src)
 {
     // .cg: straight to L2 -> shared, no L1 allocation for bytes used once.
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async8(void *dst, const void *src)
 {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(dst)), "l"(src));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
 __device__ __forceinline__ void cp_async4(void *dst, const void *src)
 {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src));
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(smem_addr(dst)), "l"(src) : "memory");
 }
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+// The "memory" clobbers keep the compiler from moving shared-memory reads of a ring slot across
+// the copies into it and the waits for them.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
 
 template <int N>
-__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N)); }
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory"); }
 
 // Waits until at most n copy groups are pending (n is the ring depth minus 2, 0..6).
 __device__ __forceinline__ void cp_async_wait_dyn(int n)
@@ -320,6 +322,11 @@ __global__ void __launch_bounds__(256) decode_kernel(const pq2_decode_problem p,
         }
         cp_async_commit();
     }
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Launched as a programmatic dependent of the quantiser (pq2_matmul_cuda): the weight copies
+    // above overlap it; the activations and counters it writes are read only after this wait.
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
 
     float acc[RT][NT][4];
 #pragma unroll
@@ -452,7 +459,8 @@ pq2_status pq2_decode_grid(const char *fn, const pq2_decode_config &cfg, int32_t
 }
 
 pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
-                             const pq2_decode_config &cfg, int64_t blocks, cudaStream_t stream)
+                             const pq2_decode_config &cfg, int64_t blocks, bool after_kernel,
+                             cudaStream_t stream)
 {
     stream_plan sp;
     sp.groups = (int32_t)(p.k >> 7);
@@ -461,6 +469,20 @@ pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
     sp.unroll = cfg.unroll;
     sp.stages = cfg.stages;
     decode_fn kernel = find_instance(p.layout, cfg.rt, token_blocks(p.m));
-    kernel<<<dim3((unsigned)blocks), dim3(cfg.warps * 32), ring_bytes(cfg, p.layout), stream>>>(p, sp);
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3((unsigned)blocks);
+    lc.blockDim = dim3(cfg.warps * 32);
+    lc.dynamicSmemBytes = ring_bytes(cfg, p.layout);
+    lc.stream = stream;
+    cudaLaunchAttribute attr[1];
+    if (after_kernel) {
+        // Programmatic dependent launch (Hopper): start streaming weights while the preceding
+        // kernel (the quantiser) finishes; the kernel waits for it before reading activations.
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        lc.attrs = attr;
+        lc.numAttrs = 1;
+    }
+    PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, kernel, p, sp));
     return pq2_launch_status(fn);
 }

@@ -34,6 +34,8 @@ pq2_status pq2_decode_grid(const char *fn, const pq2_decode_config &cfg, int32_t
 
 // Launches the decode kernel for a validated problem and configuration. Needs p.counters
 // (row blocks of cfg.rt) zeroed and p.partial sized 2 * blocks * cfg.warps * m * 16 * cfg.rt
-// floats.
+// floats. after_kernel: the preceding stream operation is a kernel that writes the activations
+// (Hopper: launch as its programmatic dependent).
 pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
-                             const pq2_decode_config &cfg, int64_t blocks, cudaStream_t stream);
+                             const pq2_decode_config &cfg, int64_t blocks, bool after_kernel,
+                             cudaStream_t stream);

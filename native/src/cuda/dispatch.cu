@@ -67,6 +67,14 @@ const tuned_entry kTable[] = {
 
 // Fallback for shapes the table does not list: one full wave of warps, each keeping three
 // chunks of 2 units (3 KB at rt 1) in flight.
+// Programmatic dependent launch needs compute capability 9.0.
+bool pdl_ok()
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+    return g_dev[dev].ready.load(std::memory_order_acquire) && g_dev[dev].cc >= 90;
+}
+
 pq2_decode_config fallback_config(const pq2_view &v)
 {
     pq2_decode_config c;
@@ -136,7 +144,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
 pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config &cfg,
                       int64_t blocks, int64_t m, const int8_t *q8, const float *xs,
                       const int32_t *sums, void *y, int32_t y_dtype, uint8_t *ws,
-                      const workspace_plan &plan, cudaStream_t stream)
+                      const workspace_plan &plan, bool after_kernel, cudaStream_t stream)
 {
     pq2_decode_problem p;
     p.codes = v.data;
@@ -145,7 +153,7 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
-    return pq2_decode_launch(fn, p, cfg, blocks, stream);
+    return pq2_decode_launch(fn, p, cfg, blocks, after_kernel, stream);
 }
 
 }  // namespace
@@ -220,7 +228,7 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     int32_t *sums = reinterpret_cast<int32_t *>(ws + plan.sums);
     PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, v.k, q8, xs, sums,
                                   reinterpret_cast<uint32_t *>(ws + plan.counters), n_counters, s));
-    PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, xs, sums, y, y_dtype, ws, plan, s));
+    PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, xs, sums, y, y_dtype, ws, plan, pdl_ok(), s));
     return pq2_ok();
 }
 
@@ -249,6 +257,6 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     // The arrival counters must start at zero (pq2_matmul_cuda clears them in its quantiser).
     PQ2_CUDA_TRY(fn, cudaMemsetAsync(ws + plan.counters, 0, plan.partial - plan.counters, s));
-    PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, scales, sums, y, y_dtype, ws, plan, s));
+    PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, scales, sums, y, y_dtype, ws, plan, false, s));
     return pq2_ok();
 }

@@ -34,8 +34,12 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
                    float *__restrict__ scales, int32_t *__restrict__ sums,
                    uint32_t *__restrict__ zero, int32_t n_zero)
 {
-    // The matmul's split-K completion counters live in the same workspace: clearing them here,
-    // in the launch that precedes the matmul, makes every call independent of the last one.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    // Let the matmul (a programmatic dependent) launch now; it waits for this grid's writes.
+    asm volatile("griddepcontrol.launch_dependents;");
+#endif
+    // The matmul's arrival counters live in the same workspace: clearing them here, in the launch
+    // that precedes the matmul, makes every call independent of the last one.
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_zero; i += gridDim.x * blockDim.x)
         zero[i] = 0;
 

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Decode kernel diagnostics: where the time of one call goes, and a target for Nsight Compute.
+
+    python3 tools/profile_decode.py breakdown            # graph-timed pieces of a call, per shape
+    ncu --clock-control none -k regex:decode python3 tools/profile_decode.py run --shape gate_up
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from bench_decode import SHAPES, copies_for, graph_time_us, pq2_bytes, resident
+from pyq2 import _native
+from pyq2.gpu import decode_config, quantize_q8
+
+
+def parse_cfg(text):
+    return decode_config(*[int(v) for v in text.split(",")]) if text else None
+
+
+def breakdown(args):
+    ffi, lib = _native.load()
+    print(f"{'shape':8s} {'M':>2s} {'quant':>7s} {'q8+memset':>10s} {'full':>7s} {'GB/s full':>9s}")
+    for name in args.shapes.split(","):
+        n, k = (SHAPES[name][0], SHAPES[name][1]) if name in SHAPES else (16, 128)
+        ws = resident(n, k, args.layout, args.rt, copies_for(pq2_bytes(n, k)))
+        for m in [int(v) for v in args.ms.split(",")]:
+            cfg = parse_cfg(args.cfg)
+            x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+            y = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+            work = ws[0].workspace(m, cfg)
+            q8, xs, sums = quantize_q8(x)
+            t_quant = graph_time_us([lambda: quantize_q8(x)] * len(ws))[0]
+            t_q8 = graph_time_us([lambda w=w: w.matmul_q8(q8, xs, sums, y, work, cfg) for w in ws])[0]
+            t_full = graph_time_us([lambda w=w: w.matmul(x, out=y, workspace=work, cfg=cfg) for w in ws])[0]
+            print(f"{name:8s} {m:2d} {t_quant:7.1f} {t_q8:10.1f} {t_full:7.1f} "
+                  f"{pq2_bytes(n, k) / t_full / 1e3:9.0f}", flush=True)
+        del ws
+        torch.cuda.empty_cache()
+
+
+def run(args):
+    n, k = SHAPES[args.shape][0], SHAPES[args.shape][1]
+    ws = resident(n, k, args.layout, args.rt, copies_for(pq2_bytes(n, k)))
+    m = int(args.ms.split(",")[0])
+    x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+    cfg = parse_cfg(args.cfg)
+    work = ws[0].workspace(m, cfg)
+    for i in range(args.iters):
+        ws[i % len(ws)].matmul(x, workspace=work, cfg=cfg)
+    torch.cuda.synchronize()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=["breakdown", "run"])
+    ap.add_argument("--shapes", default="tiny," + ",".join(SHAPES))
+    ap.add_argument("--shape", default="gate_up")
+    ap.add_argument("--ms", default="1,8,16")
+    ap.add_argument("--layout", default="tiles")
+    ap.add_argument("--rt", type=int, default=2)
+    ap.add_argument("--cfg", help="rt,warps,unroll,stages,blocks (default: the dispatcher's)")
+    ap.add_argument("--iters", type=int, default=8)
+    args = ap.parse_args(argv)
+    _native.check(_native.load()[1].pq2_cuda_init())
+    (breakdown if args.mode == "breakdown" else run)(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
