@@ -140,8 +140,8 @@ def format_info(path_or_info) -> str:
 class _Bar:
     """A one-line progress bar on stderr, redrawn at most ten times a second."""
 
-    def __init__(self, stream=sys.stderr, width: int = 30):
-        self.stream, self.width, self.last = stream, width, 0.0
+    def __init__(self, stream=None, width: int = 30):
+        self.stream, self.width, self.last = stream or sys.stderr, width, 0.0
 
     def __call__(self, done: int, total: int, name: str) -> None:
         now = time.monotonic()

@@ -53,7 +53,6 @@ from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-import gguf
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
 
 from .errors import FormatError
@@ -73,7 +72,6 @@ LAYOUTS = ("raw", "planes", "tiles")
 KEY_PREFIX = "pyq2."
 KEY_FORMAT_VERSION = "pyq2.format_version"
 KEY_LAYOUT = "pyq2.layout"
-TENSOR_KEY_ATTRS = ("layout", "rt", "shape", "source_type")
 
 # (name, id, weights per block, bytes per block) of the private types.
 _PRIVATE_TYPES = (("PQ2_0", PQ2_0, 128, 34), ("PTQ1_0", PTQ1_0, 128, 28))
@@ -246,10 +244,6 @@ class WeightInfo:
     k: int
     n: int
 
-    @property
-    def stored_type(self) -> int:
-        return self.source_type if self.layout == "raw" else I8
-
 
 def tensor_key(tensor_name: str, attr: str) -> str:
     return f"{KEY_PREFIX}tensor.{tensor_name}.{attr}"
@@ -389,7 +383,8 @@ class GGUFFile:
                               f"{list(t.ne)} (expected 1-D I8)")
         if layout not in ("planes", "tiles") or source not in (PQ2_0, PTQ1_0, TQ2_0) \
                 or not 1 <= len(ne) <= 2 or (layout == "tiles" and rt not in (1, 2, 4)):
-            raise FormatError(f"{where}: bad pyq2 metadata layout={layout!r} rt={rt} shape={list(ne)} "
+            raise FormatError(f"{where}: bad pyq2 metadata layout={layout!r} rt={rt} "
+                              f"shape={list(ne)} "
                               f"source_type={source}")
         if ne[0] % 128:
             raise FormatError(f"{where}: K = {ne[0]} is not a multiple of 128")
@@ -424,7 +419,8 @@ def _pack_string(s) -> bytes:
     return struct.pack("<Q", len(b)) + b
 
 
-def encode_kv(key: str, vtype: GGUFValueType, value, sub_type: GGUFValueType | None = None) -> bytes:
+def encode_kv(key: str, vtype: GGUFValueType, value,
+              sub_type: GGUFValueType | None = None) -> bytes:
     """One key/value record. Arrays take any sequence (numpy arrays are packed in one go)."""
     out = [_pack_string(key), struct.pack("<I", int(vtype))]
     if vtype == GGUFValueType.STRING:
@@ -488,7 +484,8 @@ def file_size(kv_records, tensors, alignment: int = DEFAULT_ALIGNMENT, version: 
 
 
 def write_gguf(path, kv_records: Sequence[bytes], tensors: Sequence[OutTensor],
-               tensor_data: Callable[[int, OutTensor], Iterable], *, alignment: int = DEFAULT_ALIGNMENT,
+               tensor_data: Callable[[int, OutTensor], Iterable], *,
+               alignment: int = DEFAULT_ALIGNMENT,
                version: int = 3) -> int:
     """Write a GGUF file, streaming tensor data; returns the bytes written.
 
@@ -502,10 +499,12 @@ def write_gguf(path, kv_records: Sequence[bytes], tensors: Sequence[OutTensor],
         raise ValueError(f"alignment {alignment} is not a power of two")
     for t in tensors:
         if t.nbytes != type_nbytes(t.type_id, t.ne):
-            raise ValueError(f"tensor '{t.name}': {t.nbytes} bytes do not match {type_name(t.type_id)} "
+            raise ValueError(f"tensor '{t.name}': {t.nbytes} bytes do not match "
+                             f"{type_name(t.type_id)} "
                              f"of shape {list(t.ne)}")
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
+                               dir=directory)
     try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as f:
             _write(f, _header(kv_records, tensors, alignment, version))

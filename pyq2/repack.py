@@ -253,7 +253,9 @@ def repack(in_path, out_path=None, layout: str = "tiles", rt: int = 4, dry_run: 
     else:
         rt = 0
     in_path = os.fspath(in_path)
-    out_path = os.fspath(out_path) if out_path is not None else str(default_out_path(in_path, layout))
+    if out_path is None:
+        out_path = default_out_path(in_path, layout)
+    out_path = os.fspath(out_path)
     _check_paths(in_path, out_path, force)
     ops = _Ops(backend)
     summary = Summary(in_path, out_path, layout, rt, dry_run, ops.name)

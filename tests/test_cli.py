@@ -17,7 +17,7 @@ from pyq2.demo import write_demo_model
 import pyq2
 
 # Children import the same pyq2 as this process (installed or source tree), whatever the cwd.
-PYQ2_PARENT = os.path.dirname(os.path.dirname(os.path.abspath(pyq2.__file__)))
+PYQ2_PARENT = os.path.dirname(os.path.abspath(list(pyq2.__path__)[0]))
 
 
 # ---- helpers ------------------------------------------------------------------------------
@@ -81,6 +81,14 @@ def test_repack_default_output_and_force(tmp_path, capsys, demo):
     assert_one_line_error(code, err, "exists", "--force")
     code, _, _ = run(capsys, "repack", demo, "--layout", "planes", "--force")
     assert code == 0
+
+
+def test_progress_bar_only_on_a_terminal(tmp_path, capsys, demo, monkeypatch):
+    code, _, err = run(capsys, "repack", demo, "-o", tmp_path / "a.gguf")
+    assert code == 0 and err == ""
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    code, _, err = run(capsys, "repack", demo, "-o", tmp_path / "b.gguf")
+    assert code == 0 and "\r[" in err and "100.0%" in err and err.endswith("\n")
 
 
 def test_dry_run_writes_nothing(tmp_path, capsys, demo):

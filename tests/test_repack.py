@@ -174,7 +174,8 @@ def test_pyq2_metadata(tmp_path, model):
     out = tmp_path / "o.gguf"
     repack(src, out, layout="tiles", rt=2)
     with gguf_io.open_gguf(out) as f:
-        assert f.value("pyq2.format_version") == 1 and f.value_type("pyq2.format_version") == V.UINT32
+        assert f.value("pyq2.format_version") == 1
+        assert f.value_type("pyq2.format_version") == V.UINT32
         assert f.value("pyq2.layout") == "tiles"
         for name, kind, k, n in WEIGHTS:
             key = lambda a: f"pyq2.tensor.{name}.{a}"  # noqa: E731
@@ -362,7 +363,7 @@ def test_non_finite_scale_names_tensor_row_block(tmp_path, model, value):
     src, _ = model
     # attn_q: K = 256, two blocks per row; flat block 5 is row 2, block 1.
     _poison_scale(src, "blk.0.attn_q.weight", 5, value)
-    with pytest.raises(FormatError, match=r"tensor 'blk.0.attn_q.weight': row 2, block 1 has scale"):
+    with pytest.raises(FormatError, match=r"'blk.0.attn_q.weight': row 2, block 1 has scale"):
         repack(src, tmp_path / "o.gguf")
     assert listing(tmp_path) == ["model.gguf"]
 

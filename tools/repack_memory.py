@@ -48,7 +48,8 @@ def generate(path: str, size_bytes: int, lm_head: bool, seed: int = 0) -> dict:
     tensors, total, layer = [], 0, 0
     if lm_head:
         name, n, k = LM_HEAD
-        tensors.append(gguf_io.OutTensor(f"{name}.weight", gguf_io.PQ2_0, (k, n), n * k // 128 * 34))
+        tensors.append(gguf_io.OutTensor(f"{name}.weight", gguf_io.PQ2_0, (k, n),
+                                         n * k // 128 * 34))
         total += tensors[-1].nbytes
     while total < size_bytes:
         for name, n, k in SHAPES:

@@ -29,7 +29,7 @@ M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 
 def search_space(layout, layout_rt, m):
     rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
-    for rt, warps, unroll, stages in itertools.product(rts, (2, 4, 8), (1, 2, 4), (3, 4, 6)):
+    for rt, warps, unroll, stages in itertools.product(rts, (2, 4, 8), (1, 2, 4), (2, 3, 4, 6)):
         yield (rt, warps, unroll, stages, 0)
 
 

@@ -24,8 +24,6 @@
 
 namespace {
 
-template <int LAYOUT>
-__host__ __device__ constexpr int scale_words() { return LAYOUT == PQ2_LAYOUT_TILES ? 1 : 2; }
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
@@ -69,7 +67,7 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n)
 struct stream_plan {
     int64_t units;        // row blocks * groups
     int64_t total_warps;  // grid * warps per block
-    int32_t groups, unroll, stages;
+    int32_t groups, stages;
 };
 
 // Position in a warp's unit range: row block, group, flat unit index.
@@ -103,102 +101,121 @@ __device__ __forceinline__ int64_t owner_of(int64_t u, const stream_plan &sp)
     return ((u + 1) * sp.total_warps - 1) / sp.units;
 }
 
-// Per-warp ring: codes [stage][unit][r][lane] 16 B, then scales [stage][unit][r][lane][SW] 4 B.
-template <int LAYOUT, int RT>
+// Per-warp ring of STAGES chunks of U units. Codes: [stage][u][r][lane] 16 B (the lane's own
+// fragment bytes). Scales, TILES: [stage][u][r] 32 B (the unit's 16 fp16 in lane-pair order,
+// copied with 16-byte copies and shared by the warp); PLANES: [stage][u][r][lane][2] 4 B (the
+// aligned words holding the lane's two row scales).
+template <int LAYOUT, int RT, int U>
 struct ring {
-    uint4 *codes;
-    uint32_t *scales;
-    int unroll;
+    static constexpr int kScaleBytes = LAYOUT == PQ2_LAYOUT_TILES ? U * RT * 32 : U * RT * 32 * 8;
+    static constexpr int kStageBytes = U * RT * 32 * 16 + kScaleBytes;
+    uint8_t *base;
     __device__ uint4 *code_slot(int stage, int u, int r, int lane) const
     {
-        return codes + ((stage * unroll + u) * RT + r) * 32 + lane;
+        return reinterpret_cast<uint4 *>(base + stage * kStageBytes) + (u * RT + r) * 32 + lane;
     }
-    __device__ uint32_t *scale_slot(int stage, int u, int r, int lane) const
-    {
-        return scales + (((stage * unroll + u) * RT + r) * 32 + lane) * scale_words<LAYOUT>();
-    }
+    __device__ uint8_t *scale_stage(int stage) const { return base + stage * kStageBytes + U * RT * 32 * 16; }
 };
 
-// Issues the copies of chunk (c, n units) into ring stage `stage` (this lane's bytes only).
-template <int LAYOUT, int RT>
-__device__ __forceinline__ void issue_chunk(const ring<LAYOUT, RT> &R, int stage, const cursor &c,
+// Issues the copies of chunk (c, n <= U units) into ring stage `stage`.
+template <int LAYOUT, int RT, int U>
+__device__ __forceinline__ void issue_chunk(const ring<LAYOUT, RT, U> &R, int stage, const cursor &c,
                                             int n, const pq2_decode_problem &p, int groups, int lane)
 {
     const int gid = lane >> 2, tq = lane & 3;
-    for (int u = 0; u < n; ++u) {
-        const int64_t g = c.g + u;
+    if constexpr (LAYOUT == PQ2_LAYOUT_TILES) {
+        const size_t first = ((size_t)c.rb * groups + c.g) * RT;  // first (tile, group, sub-tile)
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+                if (u < n) cp_async16(R.code_slot(stage, u, r, lane), p.codes + ((first + u * RT + r) << 9) + lane * 16);
+        // the chunk's scales are n*RT*32 contiguous bytes: lane L copies bytes 16L..16L+15
+        if (lane < n * RT * 2)
+            cp_async16(R.scale_stage(stage) + lane * 16,
+                       reinterpret_cast<const uint8_t *>(p.wscales) + first * 32 + lane * 16);
+    } else {
+        const size_t stride = (size_t)(p.k >> 2);
+        const uint16_t *scale_end = p.wscales + p.n * groups;
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
-            if constexpr (LAYOUT == PQ2_LAYOUT_TILES) {
-                const size_t sub = ((size_t)c.rb * groups + g) * RT + r;  // (tile, group, sub-tile)
-                cp_async16(R.code_slot(stage, u, r, lane), p.codes + (sub << 9) + lane * 16);
-                cp_async4(R.scale_slot(stage, u, r, lane), p.wscales + sub * 16 + gid * 2);
-            } else {
-                // Rows past n (last row block) re-read row n-1; their results are never stored.
-                const int64_t row = c.rb * (16 * RT) + r * 16 + gid;
-                const int64_t r0 = row < p.n ? row : p.n - 1;
-                const int64_t r1 = row + 8 < p.n ? row + 8 : p.n - 1;
-                const size_t stride = (size_t)(p.k >> 2);
+            // Rows past n (last row block) re-read row n-1; their results are never stored.
+            const int64_t row = c.rb * (16 * RT) + r * 16 + gid;
+            const int64_t rows[2] = {row < p.n ? row : p.n - 1, row + 8 < p.n ? row + 8 : p.n - 1};
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                if (u >= n) continue;
+                const int64_t g = c.g + u;
                 uint8_t *dst = reinterpret_cast<uint8_t *>(R.code_slot(stage, u, r, lane));
-                cp_async8(dst, p.codes + r0 * stride + g * 32 + tq * 8);
-                cp_async8(dst + 8, p.codes + r1 * stride + g * 32 + tq * 8);
+                cp_async8(dst, p.codes + rows[0] * stride + g * 32 + tq * 8);
+                cp_async8(dst + 8, p.codes + rows[1] * stride + g * 32 + tq * 8);
                 // A row's fp16 scale is only 2-byte aligned: copy the aligned word holding it and
                 // pick the half when reading. The word can pass the end of the buffer only for
                 // the very last scale; that one is loaded and stored synchronously.
-                uint32_t *sdst = R.scale_slot(stage, u, r, lane);
-                const int64_t rows[2] = {r0, r1};
+                uint32_t *sdst = reinterpret_cast<uint32_t *>(R.scale_stage(stage)) + ((u * RT + r) * 32 + lane) * 2;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    const uint16_t *s = p.wscales + rows[h] * groups + g;
-                    const uint32_t *word = reinterpret_cast<const uint32_t *>((uintptr_t)s & ~(uintptr_t)3);
-                    if ((const void *)(word + 1) <= (const void *)(p.wscales + p.n * groups))
+                    const uint16_t *sp = p.wscales + rows[h] * groups + g;
+                    const uint32_t *word = reinterpret_cast<const uint32_t *>((uintptr_t)sp & ~(uintptr_t)3);
+                    if ((const void *)(word + 1) <= (const void *)scale_end)
                         cp_async4(sdst + h, word);
                     else
-                        sdst[h] = (uint32_t)__ldg(s);
+                        sdst[h] = (uint32_t)__ldg(sp);
                 }
             }
         }
     }
 }
 
-// Accumulates chunk (c, n units) from ring stage `stage` into acc.
-template <int LAYOUT, int RT, int NT>
-__device__ __forceinline__ void compute_chunk(const ring<LAYOUT, RT> &R, int stage, const cursor &c,
+// Accumulates chunk (c, n <= U units) from ring stage `stage` into acc. TOKS: 1 (m == 1: only
+// C column 0 is live), 8 or 16 tokens; NT = token blocks of 8.
+template <int LAYOUT, int RT, int NT, int U, int TOKS>
+__device__ __forceinline__ void compute_chunk(const ring<LAYOUT, RT, U> &R, int stage, const cursor &c,
                                               int n, const pq2_decode_problem &p, int groups,
                                               int lane, float (&acc)[RT][NT][4])
 {
     const int gid = lane >> 2, tq = lane & 3;
-    for (int u = 0; u < n; ++u) {
+    // Activations of the chunk's groups, loaded together for latency overlap: plane s of token
+    // nt*8+gid (B fragment: 8 contiguous bytes at tq*8), and d_x/64, -sum(q) of the tokens of this
+    // lane's C columns, nt*8+2tq+{0,1}.
+    uint2 b[U][NT][4];
+    float xs[U][NT][2];
+    int nsum[U][NT][2];
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
         const int64_t g = c.g + u;
-        // Activations of this group: plane s of token nt*8+gid (B fragment: 8 contiguous bytes
-        // at tq*8), and d_x/64, -sum(q) of the tokens of this lane's C columns, nt*8+2tq+{0,1}.
-        uint2 b[NT][4];
-        float xs[NT][2];
-        int nsum[NT][2];
+        const bool ok = u < n;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int tok_b = nt * 8 + gid;
             const int8_t *qp = p.q8 + (size_t)tok_b * p.k + g * 128 + tq * 8;
 #pragma unroll
             for (int s = 0; s < 4; ++s)
-                b[nt][s] = tok_b < p.m ? __ldg(reinterpret_cast<const uint2 *>(qp + s * 32)) : make_uint2(0, 0);
+                b[u][nt][s] = ok && tok_b < p.m ? __ldg(reinterpret_cast<const uint2 *>(qp + s * 32)) : make_uint2(0, 0);
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int tok = nt * 8 + 2 * tq + j;
-                xs[nt][j] = tok < p.m ? __ldg(p.xs + (size_t)tok * groups + g) * (1.0f / 64.0f) : 0.0f;
-                nsum[nt][j] = tok < p.m ? -__ldg(p.sums + (size_t)tok * groups + g) : 0;
+                const bool live = ok && tok < p.m && (TOKS > 1 || j == 0);
+                xs[u][nt][j] = live ? __ldg(p.xs + (size_t)tok * groups + g) * (1.0f / 64.0f) : 0.0f;
+                nsum[u][nt][j] = live ? -__ldg(p.sums + (size_t)tok * groups + g) : 0;
             }
         }
+    }
+    if constexpr (LAYOUT == PQ2_LAYOUT_TILES) __syncwarp();  // scale bytes copied by other lanes
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        if (u >= n) break;
+        const int64_t g = c.g + u;
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
             const uint4 w = *R.code_slot(stage, u, r, lane);
             float w_lo, w_hi;
             if constexpr (LAYOUT == PQ2_LAYOUT_TILES) {
-                const uint32_t sw = *R.scale_slot(stage, u, r, lane);  // rows gid | gid+8 << 16
-                w_lo = __half2float(__ushort_as_half((unsigned short)(sw & 0xffffu)));
-                w_hi = __half2float(__ushort_as_half((unsigned short)(sw >> 16)));
+                const uint32_t sw = reinterpret_cast<const uint32_t *>(R.scale_stage(stage))[(u * RT + r) * 8 + gid];
+                w_lo = __half2float(__ushort_as_half((unsigned short)(sw & 0xffffu)));  // row gid
+                w_hi = __half2float(__ushort_as_half((unsigned short)(sw >> 16)));      // row gid+8
             } else {
-                const uint32_t *sw = R.scale_slot(stage, u, r, lane);
+                const uint32_t *sw = reinterpret_cast<const uint32_t *>(R.scale_stage(stage)) + ((u * RT + r) * 32 + lane) * 2;
                 const int64_t row = c.rb * (16 * RT) + r * 16 + gid;
                 const int64_t r0 = row < p.n ? row : p.n - 1;
                 const int64_t r1 = row + 8 < p.n ? row + 8 : p.n - 1;
@@ -215,16 +232,17 @@ __device__ __forceinline__ void compute_chunk(const ring<LAYOUT, RT> &R, int sta
             for (int nt = 0; nt < NT; ++nt) {
                 const int zero[4] = {0, 0, 0, 0};
                 // Plane 0 starts from -sum(q): the code-minus-one offset costs nothing extra.
-                const int init[4] = {nsum[nt][0], nsum[nt][1], nsum[nt][0], nsum[nt][1]};
+                const int init[4] = {nsum[u][nt][0], nsum[u][nt][1], nsum[u][nt][0], nsum[u][nt][1]};
                 int d0[4], d1[4], d2[4], d3[4];
-                pq2_mma_u8s8(d0, a0, b[nt][0].x, b[nt][0].y, init);
-                pq2_mma_u8s8(d1, a1, b[nt][1].x, b[nt][1].y, zero);
-                pq2_mma_u8s8(d2, a2, b[nt][2].x, b[nt][2].y, zero);
-                pq2_mma_u8s8(d3, a3, b[nt][3].x, b[nt][3].y, zero);
+                pq2_mma_u8s8(d0, a0, b[u][nt][0].x, b[u][nt][0].y, init);
+                pq2_mma_u8s8(d1, a1, b[u][nt][1].x, b[u][nt][1].y, zero);
+                pq2_mma_u8s8(d2, a2, b[u][nt][2].x, b[u][nt][2].y, zero);
+                pq2_mma_u8s8(d3, a3, b[u][nt][3].x, b[u][nt][3].y, zero);
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
+                    if (TOKS == 1 && (j & 1)) continue;  // column 1 of the lane pair: no token
                     const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j];
-                    const float scale = (j < 2 ? w_lo : w_hi) * xs[nt][j & 1];
+                    const float scale = (j < 2 ? w_lo : w_hi) * xs[u][nt][j & 1];
                     acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
                 }
             }
@@ -293,8 +311,8 @@ __device__ __forceinline__ void finish_segment(const pq2_decode_problem &p, cons
     if (lane == 0) p.counters[rb] = 0;
 }
 
-template <int LAYOUT, int RT, int NT>
-__global__ void __launch_bounds__(256) decode_kernel(const pq2_decode_problem p, const stream_plan sp)
+template <int LAYOUT, int RT, int U, int TOKS>
+__global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem p, const stream_plan sp)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -302,11 +320,9 @@ __global__ void __launch_bounds__(256) decode_kernel(const pq2_decode_problem p,
     const int64_t u_begin = range_begin(w, sp), u_end = range_begin(w + 1, sp);
     if (u_begin >= u_end) return;
 
-    const int groups = sp.groups, unroll = sp.unroll, stages = sp.stages;
-    const size_t ring_units = (size_t)stages * unroll * RT * 32;  // lane slots per warp
-    uint8_t *base = smem + (size_t)warp * ring_units * (16 + 4 * scale_words<LAYOUT>());
-    ring<LAYOUT, RT> R{reinterpret_cast<uint4 *>(base),
-                       reinterpret_cast<uint32_t *>(base + ring_units * 16), unroll};
+    constexpr int NT = TOKS > 8 ? 2 : 1;
+    const int groups = sp.groups, stages = sp.stages;
+    ring<LAYOUT, RT, U> R{smem + (size_t)warp * stages * ring<LAYOUT, RT, U>::kStageBytes};
 
     cursor start;
     start.u = u_begin;
@@ -316,7 +332,7 @@ __global__ void __launch_bounds__(256) decode_kernel(const pq2_decode_problem p,
     cursor pc = start;  // producer
     for (int s = 0; s < stages - 1; ++s) {
         if (pc.u < u_end) {
-            const int n = chunk_units(pc, u_end, groups, unroll);
+            const int n = chunk_units(pc, u_end, groups, U);
             issue_chunk(R, s, pc, n, p, groups, lane);
             advance(pc, n, groups);
         }
@@ -343,14 +359,14 @@ __global__ void __launch_bounds__(256) decode_kernel(const pq2_decode_problem p,
         // Refill the stage consumed last iteration (its values are already in registers).
         const int refill = stage == 0 ? stages - 1 : stage - 1;
         if (pc.u < u_end) {
-            const int n = chunk_units(pc, u_end, groups, unroll);
+            const int n = chunk_units(pc, u_end, groups, U);
             issue_chunk(R, refill, pc, n, p, groups, lane);
             advance(pc, n, groups);
         }
         cp_async_commit();
 
-        const int n = chunk_units(cc, u_end, groups, unroll);
-        compute_chunk<LAYOUT, RT, NT>(R, stage, cc, n, p, groups, lane, acc);
+        const int n = chunk_units(cc, u_end, groups, U);
+        compute_chunk<LAYOUT, RT, NT, U, TOKS>(R, stage, cc, n, p, groups, lane, acc);
         const int64_t rb = cc.rb;
         advance(cc, n, groups);
         stage = stage + 1 == stages ? 0 : stage + 1;
@@ -369,39 +385,43 @@ __global__ void __launch_bounds__(256) decode_kernel(const pq2_decode_problem p,
 }
 
 // ---- instances ------------------------------------------------------------------------------
-// The compiled kernels, as a list a reviewer can read: layout x RT (sub-tiles per unit) x NT
-// (token blocks of 8: 1 for m <= 8, 2 for m <= 16). Warps, unroll, stages, blocks are runtime.
+// The compiled kernels, as a list a reviewer can read: layout x RT (sub-tiles per unit) x U
+// (units per ring stage) x TOKS (1: m == 1; 8: m <= 8; 16: m <= 16). Warps, stages and blocks
+// are runtime values.
+#define PQ2_DECODE_INSTANCES_LRT(X, L, R) \
+    X(L, R, 1, 1) X(L, R, 2, 1) X(L, R, 4, 1) X(L, R, 1, 8) X(L, R, 2, 8) X(L, R, 4, 8) \
+    X(L, R, 1, 16) X(L, R, 2, 16) X(L, R, 4, 16)
 #define PQ2_DECODE_INSTANCES(X)                                                                 \
-    X(PQ2_LAYOUT_TILES, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1) X(PQ2_LAYOUT_TILES, 4, 1)                \
-    X(PQ2_LAYOUT_TILES, 1, 2) X(PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 2)                \
-    X(PQ2_LAYOUT_PLANES, 1, 1) X(PQ2_LAYOUT_PLANES, 2, 1) X(PQ2_LAYOUT_PLANES, 4, 1)             \
-    X(PQ2_LAYOUT_PLANES, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2) X(PQ2_LAYOUT_PLANES, 4, 2)
+    PQ2_DECODE_INSTANCES_LRT(X, PQ2_LAYOUT_TILES, 1) PQ2_DECODE_INSTANCES_LRT(X, PQ2_LAYOUT_TILES, 2) \
+    PQ2_DECODE_INSTANCES_LRT(X, PQ2_LAYOUT_TILES, 4) PQ2_DECODE_INSTANCES_LRT(X, PQ2_LAYOUT_PLANES, 1) \
+    PQ2_DECODE_INSTANCES_LRT(X, PQ2_LAYOUT_PLANES, 2) PQ2_DECODE_INSTANCES_LRT(X, PQ2_LAYOUT_PLANES, 4)
 
 using decode_fn = void (*)(const pq2_decode_problem, const stream_plan);
 
-decode_fn find_instance(int32_t layout, int32_t rt, int nt)
+int tokens_class(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
+
+decode_fn find_instance(int32_t layout, int32_t rt, int32_t unroll, int64_t m)
 {
-#define PQ2_MATCH(L, R, N) \
-    if (layout == (L) && rt == (R) && nt == (N)) return decode_kernel<L, R, N>;
+    const int toks = tokens_class(m);
+#define PQ2_MATCH(L, R, U, T) \
+    if (layout == (L) && rt == (R) && unroll == (U) && toks == (T)) return decode_kernel<L, R, U, T>;
     PQ2_DECODE_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
     return nullptr;
 }
 
-int token_blocks(int64_t m) { return m <= 8 ? 1 : 2; }
-
 size_t ring_bytes(const pq2_decode_config &cfg, int32_t layout)
 {
-    const int sw = layout == PQ2_LAYOUT_TILES ? 1 : 2;
-    return (size_t)cfg.warps * cfg.stages * cfg.unroll * cfg.rt * 32 * (16 + 4 * sw);
+    const size_t per_unit = (size_t)cfg.rt * 32 * (layout == PQ2_LAYOUT_TILES ? 17 : 24);
+    return (size_t)cfg.warps * cfg.stages * cfg.unroll * per_unit;
 }
 
 }  // namespace
 
 pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin)
 {
-#define PQ2_ATTR(L, R, N) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(decode_kernel<L, R, N>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin));
+#define PQ2_ATTR(L, R, U, T) \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(decode_kernel<L, R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin));
     PQ2_DECODE_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
     return PQ2_OK;
@@ -418,8 +438,8 @@ pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg,
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config rt=%d is not 1, 2 or 4", fn, (int)cfg.rt);
     if (cfg.warps < 1 || cfg.warps > 8)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config warps=%d is not in 1..8", fn, (int)cfg.warps);
-    if (cfg.unroll < 1 || cfg.unroll > 8)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config unroll=%d is not in 1..8", fn, (int)cfg.unroll);
+    if (cfg.unroll != 1 && cfg.unroll != 2 && cfg.unroll != 4)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config unroll=%d is not 1, 2 or 4", fn, (int)cfg.unroll);
     if (cfg.stages < 2 || cfg.stages > 8)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config stages=%d is not in 2..8", fn, (int)cfg.stages);
     if (cfg.blocks < 0)
@@ -430,29 +450,32 @@ pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg,
                              "%s: config warps=%d unroll=%d stages=%d rt=%d needs %zu bytes of shared "
                              "memory per block; the device allows %d",
                              fn, (int)cfg.warps, (int)cfg.unroll, (int)cfg.stages, (int)cfg.rt, smem, max_smem);
-    if (!find_instance(layout, cfg.rt, token_blocks(m)))
+    if (!find_instance(layout, cfg.rt, cfg.unroll, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: no compiled decode kernel for layout %s rt=%d m=%lld",
                              fn, pq2_layout_name(layout), (int)cfg.rt, (long long)m);
     return PQ2_OK;
 }
 
-pq2_status pq2_decode_grid(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                           int64_t m, int64_t n, int64_t k, int sms, int64_t *blocks)
+pq2_status pq2_decode_grid(const char *fn, pq2_decode_config *cfg, int32_t layout, int64_t m,
+                           int64_t n, int64_t k, int sms, int64_t *blocks)
 {
-    const int64_t units = pq2_decode_row_blocks(n, cfg.rt) * (k >> 7);
-    int64_t b = cfg.blocks;
+    // Every warp must own at least one unit: the arrival count of a split row block is the
+    // number of warps whose ranges meet it, and the ranges are only all non-empty when
+    // total warps <= units.
+    const int64_t units = pq2_decode_row_blocks(n, cfg->rt) * (k >> 7);
+    if (units < cfg->warps) cfg->warps = (int32_t)units;
+    int64_t b = cfg->blocks;
     if (b == 0) {
         int per_sm = 0;
         PQ2_CUDA_TRY(fn, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                             &per_sm, find_instance(layout, cfg.rt, token_blocks(m)), cfg.warps * 32,
-                             ring_bytes(cfg, layout)));
+                             &per_sm, find_instance(layout, cfg->rt, cfg->unroll, m), cfg->warps * 32,
+                             ring_bytes(*cfg, layout)));
         if (per_sm < 1)
             return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: config warps=%d unroll=%d stages=%d does not fit on an SM",
-                                 fn, (int)cfg.warps, (int)cfg.unroll, (int)cfg.stages);
+                                 fn, (int)cfg->warps, (int)cfg->unroll, (int)cfg->stages);
         b = (int64_t)per_sm * sms;
     }
-    const int64_t useful = (units + cfg.warps - 1) / cfg.warps;  // no block without work
-    if (b > useful) b = useful;
+    if (b > units / cfg->warps) b = units / cfg->warps;
     if (b > INT32_MAX) b = INT32_MAX;
     *blocks = b;
     return PQ2_OK;
@@ -466,9 +489,8 @@ pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
     sp.groups = (int32_t)(p.k >> 7);
     sp.units = pq2_decode_row_blocks(p.n, cfg.rt) * sp.groups;
     sp.total_warps = blocks * cfg.warps;
-    sp.unroll = cfg.unroll;
     sp.stages = cfg.stages;
-    decode_fn kernel = find_instance(p.layout, cfg.rt, token_blocks(p.m));
+    decode_fn kernel = find_instance(p.layout, cfg.rt, cfg.unroll, p.m);
     cudaLaunchConfig_t lc = {};
     lc.gridDim = dim3((unsigned)blocks);
     lc.blockDim = dim3(cfg.warps * 32);

@@ -27,10 +27,11 @@ pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin);
 pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
                                    int32_t layout_rt, int64_t m, int max_smem);
 
-// The grid size cfg gives on a device with `sms` multiprocessors (cfg.blocks, or one full wave
-// when 0, never more blocks than there is work for). Deterministic per device.
-pq2_status pq2_decode_grid(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                           int64_t m, int64_t n, int64_t k, int sms, int64_t *blocks);
+// The grid size cfg gives on a device with `sms` multiprocessors: cfg->blocks, or one full wave
+// when 0, capped so that no warp is without work (which may also lower cfg->warps for tiny
+// problems). Deterministic per device.
+pq2_status pq2_decode_grid(const char *fn, pq2_decode_config *cfg, int32_t layout, int64_t m,
+                           int64_t n, int64_t k, int sms, int64_t *blocks);
 
 // Launches the decode kernel for a validated problem and configuration. Needs p.counters
 // (row blocks of cfg.rt) zeroed and p.partial sized 2 * blocks * cfg.warps * m * 16 * cfg.rt

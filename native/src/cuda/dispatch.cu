@@ -138,7 +138,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     PQ2_CHECK(device_facts(fn, &sms, &max_smem));
     *cfg = cfg_in ? *cfg_in : choose_config(*v, m);
     PQ2_CHECK(pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m, max_smem));
-    return pq2_decode_grid(fn, *cfg, v->layout, m, v->n, v->k, sms, blocks);
+    return pq2_decode_grid(fn, cfg, v->layout, m, v->n, v->k, sms, blocks);
 }
 
 pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config &cfg,
