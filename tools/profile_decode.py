@@ -21,22 +21,25 @@ def parse_cfg(text):
 
 
 def breakdown(args):
-    ffi, lib = _native.load()
-    print(f"{'shape':8s} {'M':>2s} {'quant':>7s} {'q8+memset':>10s} {'full':>7s} {'GB/s full':>9s}")
+    """Graph-timed pieces of one call: the quantiser alone, the q8 path (counter memset + matmul
+    kernel), the full call (quantiser + matmul kernel as its programmatic dependent)."""
+    print(f"{'shape':8s} {'M':>2s} {'cfg':>16s} {'quant':>7s} {'q8+memset':>10s} {'full':>7s} {'GB/s full':>9s}")
+    cfgs = args.cfg.split(";") if args.cfg else [None]
     for name in args.shapes.split(","):
-        n, k = (SHAPES[name][0], SHAPES[name][1]) if name in SHAPES else (16, 128)
-        ws = resident(n, k, args.layout, args.rt, copies_for(pq2_bytes(n, k)))
+        n, k = (SHAPES[name][0], SHAPES[name][1]) if name in SHAPES else (64, 128)
+        ws = resident(n, k, args.layout, args.rt, min(64, copies_for(pq2_bytes(n, k))))
         for m in [int(v) for v in args.ms.split(",")]:
-            cfg = parse_cfg(args.cfg)
-            x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
-            y = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
-            work = ws[0].workspace(m, cfg)
-            q8, xs, sums = quantize_q8(x)
-            t_quant = graph_time_us([lambda: quantize_q8(x)] * len(ws))[0]
-            t_q8 = graph_time_us([lambda w=w: w.matmul_q8(q8, xs, sums, y, work, cfg) for w in ws])[0]
-            t_full = graph_time_us([lambda w=w: w.matmul(x, out=y, workspace=work, cfg=cfg) for w in ws])[0]
-            print(f"{name:8s} {m:2d} {t_quant:7.1f} {t_q8:10.1f} {t_full:7.1f} "
-                  f"{pq2_bytes(n, k) / t_full / 1e3:9.0f}", flush=True)
+            for text in cfgs:
+                cfg = parse_cfg(text)
+                x = torch.randn(m, k, device="cuda").to(torch.bfloat16)
+                y = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
+                work = ws[0].workspace(m, cfg)
+                q8, xs, sums = quantize_q8(x)
+                t_quant = graph_time_us([lambda: quantize_q8(x)] * len(ws))[0]
+                t_q8 = graph_time_us([lambda w=w: w.matmul_q8(q8, xs, sums, y, work, cfg) for w in ws])[0]
+                t_full = graph_time_us([lambda w=w: w.matmul(x, out=y, workspace=work, cfg=cfg) for w in ws])[0]
+                print(f"{name:8s} {m:2d} {text or 'table':>16s} {t_quant:7.1f} {t_q8:10.1f} {t_full:7.1f} "
+                      f"{pq2_bytes(n, k) / t_full / 1e3:9.0f}", flush=True)
         del ws
         torch.cuda.empty_cache()
 
@@ -61,7 +64,8 @@ def main(argv=None):
     ap.add_argument("--ms", default="1,8,16")
     ap.add_argument("--layout", default="tiles")
     ap.add_argument("--rt", type=int, default=2)
-    ap.add_argument("--cfg", help="rt,warps,unroll,stages,blocks (default: the dispatcher's)")
+    ap.add_argument("--cfg", help="rt,warps,unroll,stages,blocks (default: the dispatcher's); "
+                                   "breakdown takes several separated by ';'")
     ap.add_argument("--iters", type=int, default=8)
     args = ap.parse_args(argv)
     _native.check(_native.load()[1].pq2_cuda_init())
