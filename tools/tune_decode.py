@@ -27,13 +27,14 @@ from pyq2.gpu import CONFIG_FIELDS, decode_config
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 
 
-def search_space(layout, layout_rt, m):
+def search_space(layout, layout_rt, m, wide=False):
     rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
-    for rt, warps, unroll, stages in itertools.product(rts, (2, 4, 8), (1, 2, 4), (2, 3, 4, 6)):
-        yield (rt, warps, unroll, stages, 0)
+    warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (2, 4), (2, 3, 4))
+    for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
+        yield (rt, w, u, s, 0)
 
 
-def tune(shapes, layouts, ms, replays, log):
+def tune(shapes, layouts, ms, replays, log, wide=False):
     entries, rows = [], []
     for name in shapes:
         n, k, _ = SHAPES[name]
@@ -41,7 +42,7 @@ def tune(shapes, layouts, ms, replays, log):
             ws = resident(n, k, layout, layout_rt, copies_for(pq2_bytes(n, k)))
             for m in ms:
                 best = None
-                for cfg in search_space(layout, layout_rt, m):
+                for cfg in search_space(layout, layout_rt, m, wide):
                     try:
                         us = time_pq2(ws, m, decode_config(*cfg), replays=replays)
                     except Pq2Error as e:
@@ -85,12 +86,13 @@ def main(argv=None):
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--write", help="decode_table.inc to write")
     ap.add_argument("--json")
+    ap.add_argument("--wide", action="store_true", help="the larger search space")
     args = ap.parse_args(argv)
     _native.check(_native.load()[1].pq2_cuda_init())
     env = environment()
     layouts = [(a, int(b)) for a, b in (v.split(":") for v in args.layouts.split(","))]
     entries, rows = tune(args.shapes.split(","), layouts, [int(m) for m in args.ms.split(",")],
-                         args.replays, lambda s: print(s, flush=True))
+                         args.replays, lambda s: print(s, flush=True), args.wide)
     if args.write:
         with open(args.write, "w") as f:
             f.write(render_table(entries, env))

@@ -254,44 +254,42 @@ __device__ __forceinline__ void compute_chunk(const ring<LAYOUT, RT, U> &R, int 
 __device__ __forceinline__ int c_row(int r, int j, int lane) { return r * 16 + (lane >> 2) + (j >= 2 ? 8 : 0); }
 __device__ __forceinline__ int c_tok(int nt, int j, int lane) { return nt * 8 + 2 * (lane & 3) + (j & 1); }
 
-// Finishes the accumulation of row block rb over units [seg_begin, seg_end) of warp w.
+// Ends the accumulation of row block rb over units [seg_begin, seg_end) of warp w: a row block
+// the segment covers whole is stored; otherwise the partial sums go to the warp's slot (its
+// first segment: 2w, its last: 2w+1; m x 16*RT fp32 each) and the function returns true.
 template <int RT, int NT>
-__device__ __forceinline__ void finish_segment(const pq2_decode_problem &p, const stream_plan &sp,
-                                               int64_t w, int64_t u_begin, int64_t rb,
-                                               int64_t seg_begin, int64_t seg_end,
-                                               float (&acc)[RT][NT][4], int lane)
+__device__ __forceinline__ bool end_segment(const pq2_decode_problem &p, const stream_plan &sp,
+                                            int64_t w, int64_t u_begin, int64_t rb,
+                                            int64_t seg_begin, int64_t seg_end,
+                                            const float (&acc)[RT][NT][4], int lane)
 {
     constexpr int TR = 16 * RT;
     const int64_t tile_begin = rb * sp.groups, tile_end = tile_begin + sp.groups;
-    if (seg_begin == tile_begin && seg_end == tile_end) {  // the whole row block: store
-#pragma unroll
-        for (int r = 0; r < RT; ++r)
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int64_t row = rb * TR + c_row(r, j, lane);
-                    const int tok = c_tok(nt, j, lane);
-                    if (row < p.n && tok < p.m)
-                        pq2_store_from_f32(p.y, (size_t)tok * p.n + row, p.y_dtype, acc[r][nt][j]);
-                }
-        return;
-    }
-    // Split row block: a warp has at most two such segments, its first (slot 2w) and its last
-    // (slot 2w+1); each slot holds m x TR fp32.
-    const int64_t slot = seg_begin == u_begin ? 2 * w : 2 * w + 1;
-    float *mine = p.partial + (size_t)slot * p.m * TR;
+    const bool whole = seg_begin == tile_begin && seg_end == tile_end;
+    float *mine = p.partial + (size_t)(seg_begin == u_begin ? 2 * w : 2 * w + 1) * p.m * TR;
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
+                const int64_t row = rb * TR + c_row(r, j, lane);
                 const int tok = c_tok(nt, j, lane);
-                if (tok < p.m) mine[(size_t)tok * TR + c_row(r, j, lane)] = acc[r][nt][j];
+                if (tok >= p.m) continue;
+                if (!whole) mine[(size_t)tok * TR + c_row(r, j, lane)] = acc[r][nt][j];
+                else if (row < p.n) pq2_store_from_f32(p.y, (size_t)tok * p.n + row, p.y_dtype, acc[r][nt][j]);
             }
-    __threadfence();
-    __syncwarp();
+    return !whole;
+}
+
+// Counts warp w's arrival at split row block rb (its partial already written and fenced); the
+// last of the row block's warps to arrive sums their partials in warp order and stores them.
+template <int RT>
+__device__ __forceinline__ void arrive_split(const pq2_decode_problem &p, const stream_plan &sp,
+                                             int64_t rb, int lane)
+{
+    constexpr int TR = 16 * RT;
+    const int64_t tile_begin = rb * sp.groups, tile_end = tile_begin + sp.groups;
     const int64_t w_first = owner_of(tile_begin, sp), w_last = owner_of(tile_end - 1, sp);
     unsigned last = 0;
     if (lane == 0) last = atomicAdd(p.counters + rb, 1u) == (unsigned)(w_last - w_first);
@@ -340,7 +338,10 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
     }
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // Launched as a programmatic dependent of the quantiser (pq2_matmul_cuda): the weight copies
-    // above overlap it; the activations and counters it writes are read only after this wait.
+    // above overlap it (and the end of the kernel before it); the activations, counters and
+    // workspace are touched only after this wait. The next call's quantiser may launch now: it
+    // waits for this grid before touching anything.
+    asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 
@@ -354,6 +355,10 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
 
     cursor cc = start;  // consumer
     int64_t seg_begin = u_begin;
+    // Split row blocks met (at most two: the range's first and last); their arrivals are
+    // counted once the whole range is done, so one fence serves both and the stream never
+    // stalls on it.
+    int64_t split_first = -1, split_last = -1;
     for (int stage = 0; cc.u < u_end;) {
         cp_async_wait_dyn(stages - 2);  // this lane's copies of chunk cc have landed
         // Refill the stage consumed last iteration (its values are already in registers).
@@ -371,7 +376,10 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
         advance(cc, n, groups);
         stage = stage + 1 == stages ? 0 : stage + 1;
         if (cc.g == 0 || cc.u == u_end) {
-            finish_segment<RT, NT>(p, sp, w, u_begin, rb, seg_begin, cc.u, acc, lane);
+            if (end_segment<RT, NT>(p, sp, w, u_begin, rb, seg_begin, cc.u, acc, lane)) {
+                if (seg_begin == u_begin) split_first = rb;
+                else split_last = rb;
+            }
             seg_begin = cc.u;
 #pragma unroll
             for (int r = 0; r < RT; ++r)
@@ -382,6 +390,12 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
         }
     }
     cp_async_wait<0>();
+    if (split_first >= 0 || split_last >= 0) {
+        __threadfence();  // this warp's partials are visible before it is counted
+        __syncwarp();
+        if (split_first >= 0) arrive_split<RT>(p, sp, split_first, lane);
+        if (split_last >= 0) arrive_split<RT>(p, sp, split_last, lane);
+    }
 }
 
 // ---- instances ------------------------------------------------------------------------------

@@ -67,14 +67,6 @@ const tuned_entry kTable[] = {
 
 // Fallback for shapes the table does not list: one full wave of warps, each keeping three
 // chunks of 2 units (3 KB at rt 1) in flight.
-// Programmatic dependent launch needs compute capability 9.0.
-bool pdl_ok()
-{
-    int dev = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
-    return g_dev[dev].ready.load(std::memory_order_acquire) && g_dev[dev].cc >= 90;
-}
-
 pq2_decode_config fallback_config(const pq2_view &v)
 {
     pq2_decode_config c;
@@ -158,6 +150,14 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
 
 }  // namespace
 
+// Programmatic dependent launch needs compute capability 9.0.
+bool pq2_pdl_ok()
+{
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
+    return g_dev[dev].ready.load(std::memory_order_acquire) && g_dev[dev].cc >= 90;
+}
+
 // ---- entry points ---------------------------------------------------------------------------
 
 extern "C" PQ2_API pq2_status pq2_cuda_init(void)
@@ -227,8 +227,9 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     float *xs = reinterpret_cast<float *>(ws + plan.xs);
     int32_t *sums = reinterpret_cast<int32_t *>(ws + plan.sums);
     PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, v.k, q8, xs, sums,
-                                  reinterpret_cast<uint32_t *>(ws + plan.counters), n_counters, s));
-    PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, xs, sums, y, y_dtype, ws, plan, pdl_ok(), s));
+                                  reinterpret_cast<uint32_t *>(ws + plan.counters), n_counters,
+                                  pq2_pdl_ok(), s));
+    PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, xs, sums, y, y_dtype, ws, plan, pq2_pdl_ok(), s));
     return pq2_ok();
 }
 

@@ -35,8 +35,12 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
                    uint32_t *__restrict__ zero, int32_t n_zero)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // Let the matmul (a programmatic dependent) launch now; it waits for this grid's writes.
+    // Programmatic dependent launch, both ways. This grid may start before the previous kernel
+    // of the stream ends (it is launched as its dependent): it reads x and touches the workspace
+    // only after the wait below. The matmul that follows may start now: it streams weights and
+    // waits for this grid before reading what it writes.
     asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
     // The matmul's arrival counters live in the same workspace: clearing them here, in the launch
     // that precedes the matmul, makes every call independent of the last one.
@@ -80,23 +84,33 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
 
 pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m,
                                int64_t k, int8_t *q8, float *scales, int32_t *sums,
-                               uint32_t *zero, int32_t n_zero, cudaStream_t stream)
+                               uint32_t *zero, int32_t n_zero, bool pdl, cudaStream_t stream)
 {
     const int64_t tasks = m * (k >> 7);
     const int64_t blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
     if (blocks > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld k=%lld is too large", fn, (long long)m,
                              (long long)k);
-    dim3 grid((unsigned)blocks), block(kWarpsPerBlock * 32);
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3((unsigned)blocks);
+    lc.blockDim = dim3(kWarpsPerBlock * 32);
+    lc.stream = stream;
+    cudaLaunchAttribute attr[1];
+    if (pdl) {
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        lc.attrs = attr;
+        lc.numAttrs = 1;
+    }
     switch (x_dtype) {
     case PQ2_DTYPE_F32:
-        quantize_q8_kernel<PQ2_DTYPE_F32><<<grid, block, 0, stream>>>(x, m, k, q8, scales, sums, zero, n_zero);
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8, scales, sums, zero, n_zero));
         break;
     case PQ2_DTYPE_F16:
-        quantize_q8_kernel<PQ2_DTYPE_F16><<<grid, block, 0, stream>>>(x, m, k, q8, scales, sums, zero, n_zero);
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, quantize_q8_kernel<PQ2_DTYPE_F16>, x, m, k, q8, scales, sums, zero, n_zero));
         break;
     case PQ2_DTYPE_BF16:
-        quantize_q8_kernel<PQ2_DTYPE_BF16><<<grid, block, 0, stream>>>(x, m, k, q8, scales, sums, zero, n_zero);
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, quantize_q8_kernel<PQ2_DTYPE_BF16>, x, m, k, q8, scales, sums, zero, n_zero));
         break;
     default:
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: x_dtype=%d is not f32 (0), f16 (1) or bf16 (2)",
@@ -121,6 +135,6 @@ extern "C" PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtyp
     PQ2_CHECK_ALIGN(fn, scales, 4);
     PQ2_CHECK_ALIGN(fn, sums, 4);
     PQ2_CHECK(pq2_cuda_init());
-    return pq2_quantize_launch(fn, x, x_dtype, m, k, q8, scales, sums, nullptr, 0,
+    return pq2_quantize_launch(fn, x, x_dtype, m, k, q8, scales, sums, nullptr, 0, pq2_pdl_ok(),
                                static_cast<cudaStream_t>(stream));
 }

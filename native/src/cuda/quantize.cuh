@@ -3,7 +3,11 @@
 #include "common.cuh"
 
 // Quantises x[m][k] into q8/scales/sums (see pq2.h) on `stream`, and zeroes zero[0..n_zero) in
-// the same launch (the matmul's completion counters). Arguments already validated except dtype.
+// the same launch (the matmul's arrival counters). Arguments already validated except dtype.
+// pdl: launch as a programmatic dependent of the stream's previous kernel (Hopper).
 pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m,
                                int64_t k, int8_t *q8, float *scales, int32_t *sums,
-                               uint32_t *zero, int32_t n_zero, cudaStream_t stream);
+                               uint32_t *zero, int32_t n_zero, bool pdl, cudaStream_t stream);
+
+// True when the current device (already initialised) supports programmatic dependent launch.
+bool pq2_pdl_ok();
