@@ -212,8 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
                    ".pyq2-<layout>.gguf)")
     r.add_argument("--layout", choices=gguf_io.LAYOUTS, default="tiles",
                    help="target layout (default: tiles)")
-    r.add_argument("--rt", type=int, choices=(1, 2, 4), default=4,
-                   help="16-row sub-tiles per tile of the tiles layout (default: 4)")
+    r.add_argument("--rt", type=int, choices=(1, 2, 4), default=2,
+                   help="16-row sub-tiles per tile of the tiles layout (default: 2, the fastest for decode on the H200: bench/NOTES.md)")
     r.add_argument("--dry-run", action="store_true", help="check and convert everything, "
                    "write nothing")
     r.add_argument("--force", action="store_true", help="overwrite an existing OUT")

@@ -119,7 +119,7 @@ def run_demo(out_dir=None, echo=print) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     model = write_demo_model(out_dir / "demo-bonsai-pq2.gguf")
     echo(f"generated {model} ({model.stat().st_size / 1e6:.2f} MB, seed 0)")
-    summary = rp.repack(model, layout="tiles", rt=4, force=True)
+    summary = rp.repack(model, layout="tiles", rt=2, force=True)
     result = rp.verify(model, summary.out_path)
     echo("")
     echo(format_info(summary.out_path))

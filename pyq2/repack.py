@@ -241,7 +241,7 @@ def _pyq2_keys(plan, layout: str, rt: int) -> list[bytes]:
     return recs
 
 
-def repack(in_path, out_path=None, layout: str = "tiles", rt: int = 4, dry_run: bool = False,
+def repack(in_path, out_path=None, layout: str = "tiles", rt: int = 2, dry_run: bool = False,
            force: bool = False, progress: Progress | None = None, backend: str = "auto") -> Summary:
     """Convert every PQ2-family weight of IN to `layout` and write OUT (see the module doc)."""
     t0 = time.perf_counter()

@@ -296,12 +296,15 @@ __device__ __forceinline__ void arrive_split(const pq2_decode_problem &p, const 
     last = __shfl_sync(0xffffffffu, last, 0);
     if (!last) return;
     __threadfence();
+    const bool first_inside = range_begin(w_first, sp) >= tile_begin;
     for (int e = lane; e < p.m * TR; e += 32) {
         const int tok = e / TR, rit = e % TR;
         const int64_t row = rb * TR + rit;
         float v = 0.0f;
-        for (int64_t cw = w_first; cw <= w_last; ++cw) {  // fixed order: warp index
-            const int64_t cslot = range_begin(cw, sp) >= tile_begin ? 2 * cw : 2 * cw + 1;
+        // Fixed order: warp index. Only the first contributor can have begun before the row
+        // block (then it is that warp's last segment, slot 2w+1); every later one begins inside.
+        for (int64_t cw = w_first; cw <= w_last; ++cw) {
+            const int64_t cslot = cw == w_first && !first_inside ? 2 * cw + 1 : 2 * cw;
             v += __ldcg(p.partial + ((size_t)cslot * p.m + tok) * TR + rit);
         }
         if (row < p.n) pq2_store_from_f32(p.y, (size_t)tok * p.n + row, p.y_dtype, v);
@@ -434,8 +437,11 @@ size_t ring_bytes(const pq2_decode_config &cfg, int32_t layout)
 
 pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin)
 {
-#define PQ2_ATTR(L, R, U, T) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(decode_kernel<L, R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin));
+    // The whole ring budget is shared memory: ask for the largest carveout so that the residency
+    // the occupancy query promises is what the hardware gives.
+#define PQ2_ATTR(L, R, U, T)                                                                                 \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(decode_kernel<L, R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin)); \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(decode_kernel<L, R, U, T>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
     PQ2_DECODE_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
     return PQ2_OK;
