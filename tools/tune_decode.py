@@ -29,7 +29,7 @@ M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 
 def search_space(layout, layout_rt, m, wide=False):
     rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
-    warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (2, 4), (2, 3, 4))
+    warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
     for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
         yield (rt, w, u, s, 0)
 
@@ -82,7 +82,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join(SHAPES))
     ap.add_argument("--ms", default=",".join(map(str, M_BUCKETS)))
-    ap.add_argument("--layouts", default="tiles:4,planes:0")
+    ap.add_argument("--layouts", default="tiles:2,planes:0")
     ap.add_argument("--replays", type=int, default=10)
     ap.add_argument("--write", help="decode_table.inc to write")
     ap.add_argument("--json")

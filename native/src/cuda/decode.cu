@@ -65,23 +65,21 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n)
 }
 
 struct stream_plan {
-    int64_t units;        // row blocks * groups
-    int64_t total_warps;  // grid * warps per block
+    int32_t units;        // row blocks * groups (< 2^31: checked at launch)
+    int32_t total_warps;  // grid * warps per block (<= units)
     int32_t groups, stages;
 };
 
-// Position in a warp's unit range: row block, group, flat unit index.
+// Position in a warp's unit range: flat unit index, its row block and group.
 struct cursor {
-    int64_t rb, u;
-    int32_t g;
+    int32_t u, rb, g;
 };
 
-__device__ __forceinline__ int chunk_units(const cursor &c, int64_t u_end, int groups, int unroll)
+// Units of the next chunk: up to U, never past the row block's end or the range's end.
+__device__ __forceinline__ int chunk_units(const cursor &c, int32_t u_end, int groups, int unroll)
 {
-    int64_t n = u_end - c.u;
-    int left = groups - c.g;
-    n = n < left ? n : left;
-    return n < unroll ? (int)n : unroll;
+    int n = min(u_end - c.u, groups - c.g);
+    return n < unroll ? n : unroll;
 }
 
 __device__ __forceinline__ void advance(cursor &c, int n, int groups)
@@ -92,13 +90,13 @@ __device__ __forceinline__ void advance(cursor &c, int n, int groups)
 }
 
 // First unit of warp w's range and the warp owning unit u (the inverse).
-__device__ __forceinline__ int64_t range_begin(int64_t w, const stream_plan &sp)
+__device__ __forceinline__ int32_t range_begin(int32_t w, const stream_plan &sp)
 {
-    return w * sp.units / sp.total_warps;
+    return (int32_t)((int64_t)w * sp.units / sp.total_warps);
 }
-__device__ __forceinline__ int64_t owner_of(int64_t u, const stream_plan &sp)
+__device__ __forceinline__ int32_t owner_of(int32_t u, const stream_plan &sp)
 {
-    return ((u + 1) * sp.total_warps - 1) / sp.units;
+    return (int32_t)(((int64_t)u + 1) * sp.total_warps - 1) / sp.units;
 }
 
 // Per-warp ring of STAGES chunks of U units. Codes: [stage][u][r][lane] 16 B (the lane's own
@@ -107,14 +105,22 @@ __device__ __forceinline__ int64_t owner_of(int64_t u, const stream_plan &sp)
 // aligned words holding the lane's two row scales).
 template <int LAYOUT, int RT, int U>
 struct ring {
+    static constexpr int kCodeBytes = U * RT * 32 * 16;
     static constexpr int kScaleBytes = LAYOUT == PQ2_LAYOUT_TILES ? U * RT * 32 : U * RT * 32 * 8;
-    static constexpr int kStageBytes = U * RT * 32 * 16 + kScaleBytes;
-    uint8_t *base;
-    __device__ uint4 *code_slot(int stage, int u, int r, int lane) const
-    {
-        return reinterpret_cast<uint4 *>(base + stage * kStageBytes) + (u * RT + r) * 32 + lane;
-    }
-    __device__ uint8_t *scale_stage(int stage) const { return base + stage * kStageBytes + U * RT * 32 * 16; }
+    static constexpr int kStageBytes = kCodeBytes + kScaleBytes;
+    uint8_t *base;  // this warp's ring
+    __device__ uint8_t *stage_ptr(int stage) const { return base + stage * kStageBytes; }
+};
+
+// Per-lane constants of the activation side: where this lane's B fragments, d_x and sums of
+// group 0 are, and which of them exist (tokens < m).
+template <int NT>
+struct act_lane {
+    const int8_t *q[NT];   // q8 of token nt*8+gid, + tq*8
+    const float *xs[NT];   // scales of token nt*8+2tq (+groups for the next token)
+    const int32_t *sums[NT];
+    bool has_b[NT];
+    bool live[NT][2];
 };
 
 // Issues the copies of chunk (c, n <= U units) into ring stage `stage`.
@@ -122,37 +128,37 @@ template <int LAYOUT, int RT, int U>
 __device__ __forceinline__ void issue_chunk(const ring<LAYOUT, RT, U> &R, int stage, const cursor &c,
                                             int n, const pq2_decode_problem &p, int groups, int lane)
 {
-    const int gid = lane >> 2, tq = lane & 3;
+    uint8_t *dst = R.stage_ptr(stage);
     if constexpr (LAYOUT == PQ2_LAYOUT_TILES) {
-        const size_t first = ((size_t)c.rb * groups + c.g) * RT;  // first (tile, group, sub-tile)
+        // Unit u = rb*G + g is stored at u*RT*512 (codes) and u*RT*32 (scales): the warp's units
+        // are one contiguous stream.
+        const uint8_t *src = p.codes + (size_t)c.u * (RT * 512) + lane * 16;
 #pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int r = 0; r < RT; ++r)
-                if (u < n) cp_async16(R.code_slot(stage, u, r, lane), p.codes + ((first + u * RT + r) << 9) + lane * 16);
-        // the chunk's scales are n*RT*32 contiguous bytes: lane L copies bytes 16L..16L+15
+        for (int i = 0; i < U * RT; ++i)
+            if (i < n * RT) cp_async16(dst + (i * 32 + lane) * 16, src + i * 512);
         if (lane < n * RT * 2)
-            cp_async16(R.scale_stage(stage) + lane * 16,
-                       reinterpret_cast<const uint8_t *>(p.wscales) + first * 32 + lane * 16);
+            cp_async16(dst + R.kCodeBytes + lane * 16,
+                       reinterpret_cast<const uint8_t *>(p.wscales) + (size_t)c.u * (RT * 32) + lane * 16);
     } else {
+        const int gid = lane >> 2, tq = lane & 3;
         const size_t stride = (size_t)(p.k >> 2);
         const uint16_t *scale_end = p.wscales + p.n * groups;
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
             // Rows past n (last row block) re-read row n-1; their results are never stored.
-            const int64_t row = c.rb * (16 * RT) + r * 16 + gid;
+            const int64_t row = (int64_t)c.rb * (16 * RT) + r * 16 + gid;
             const int64_t rows[2] = {row < p.n ? row : p.n - 1, row + 8 < p.n ? row + 8 : p.n - 1};
 #pragma unroll
             for (int u = 0; u < U; ++u) {
                 if (u >= n) continue;
-                const int64_t g = c.g + u;
-                uint8_t *dst = reinterpret_cast<uint8_t *>(R.code_slot(stage, u, r, lane));
-                cp_async8(dst, p.codes + rows[0] * stride + g * 32 + tq * 8);
-                cp_async8(dst + 8, p.codes + rows[1] * stride + g * 32 + tq * 8);
+                const int g = c.g + u;
+                uint8_t *cd = dst + ((u * RT + r) * 32 + lane) * 16;
+                cp_async8(cd, p.codes + rows[0] * stride + g * 32 + tq * 8);
+                cp_async8(cd + 8, p.codes + rows[1] * stride + g * 32 + tq * 8);
                 // A row's fp16 scale is only 2-byte aligned: copy the aligned word holding it and
                 // pick the half when reading. The word can pass the end of the buffer only for
                 // the very last scale; that one is loaded and stored synchronously.
-                uint32_t *sdst = reinterpret_cast<uint32_t *>(R.scale_stage(stage)) + ((u * RT + r) * 32 + lane) * 2;
+                uint32_t *sdst = reinterpret_cast<uint32_t *>(dst + R.kCodeBytes) + ((u * RT + r) * 32 + lane) * 2;
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
                     const uint16_t *sp = p.wscales + rows[h] * groups + g;
@@ -171,10 +177,10 @@ __device__ __forceinline__ void issue_chunk(const ring<LAYOUT, RT, U> &R, int st
 // C column 0 is live), 8 or 16 tokens; NT = token blocks of 8.
 template <int LAYOUT, int RT, int NT, int U, int TOKS>
 __device__ __forceinline__ void compute_chunk(const ring<LAYOUT, RT, U> &R, int stage, const cursor &c,
-                                              int n, const pq2_decode_problem &p, int groups,
-                                              int lane, float (&acc)[RT][NT][4])
+                                              int n, const pq2_decode_problem &p, const act_lane<NT> &A,
+                                              int groups, int lane, float (&acc)[RT][NT][4])
 {
-    const int gid = lane >> 2, tq = lane & 3;
+    const int gid = lane >> 2;
     // Activations of the chunk's groups, loaded together for latency overlap: plane s of token
     // nt*8+gid (B fragment: 8 contiguous bytes at tq*8), and d_x/64, -sum(q) of the tokens of this
     // lane's C columns, nt*8+2tq+{0,1}.
@@ -183,42 +189,42 @@ __device__ __forceinline__ void compute_chunk(const ring<LAYOUT, RT, U> &R, int 
     int nsum[U][NT][2];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
-        const int64_t g = c.g + u;
+        const int g = c.g + u;
         const bool ok = u < n;
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
-            const int tok_b = nt * 8 + gid;
-            const int8_t *qp = p.q8 + (size_t)tok_b * p.k + g * 128 + tq * 8;
+            const int8_t *qp = A.q[nt] + g * 128;
 #pragma unroll
             for (int s = 0; s < 4; ++s)
-                b[u][nt][s] = ok && tok_b < p.m ? __ldg(reinterpret_cast<const uint2 *>(qp + s * 32)) : make_uint2(0, 0);
+                b[u][nt][s] = ok && A.has_b[nt] ? __ldg(reinterpret_cast<const uint2 *>(qp + s * 32)) : make_uint2(0, 0);
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
-                const int tok = nt * 8 + 2 * tq + j;
-                const bool live = ok && tok < p.m && (TOKS > 1 || j == 0);
-                xs[u][nt][j] = live ? __ldg(p.xs + (size_t)tok * groups + g) * (1.0f / 64.0f) : 0.0f;
-                nsum[u][nt][j] = live ? -__ldg(p.sums + (size_t)tok * groups + g) : 0;
+                const bool live = ok && A.live[nt][j];
+                xs[u][nt][j] = live ? __ldg(A.xs[nt] + j * groups + g) * (1.0f / 64.0f) : 0.0f;
+                nsum[u][nt][j] = live ? -__ldg(A.sums[nt] + j * groups + g) : 0;
             }
         }
     }
+    const uint8_t *st = R.stage_ptr(stage);
     if constexpr (LAYOUT == PQ2_LAYOUT_TILES) __syncwarp();  // scale bytes copied by other lanes
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         if (u >= n) break;
-        const int64_t g = c.g + u;
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
-            const uint4 w = *R.code_slot(stage, u, r, lane);
+            const uint4 w = *reinterpret_cast<const uint4 *>(st + ((u * RT + r) * 32 + lane) * 16);
             float w_lo, w_hi;
             if constexpr (LAYOUT == PQ2_LAYOUT_TILES) {
-                const uint32_t sw = reinterpret_cast<const uint32_t *>(R.scale_stage(stage))[(u * RT + r) * 8 + gid];
-                w_lo = __half2float(__ushort_as_half((unsigned short)(sw & 0xffffu)));  // row gid
-                w_hi = __half2float(__ushort_as_half((unsigned short)(sw >> 16)));      // row gid+8
+                // rows gid (low half) and gid+8 (high half)
+                const uint32_t sw = reinterpret_cast<const uint32_t *>(st + R.kCodeBytes)[(u * RT + r) * 8 + gid];
+                const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&sw));
+                w_lo = f.x, w_hi = f.y;
             } else {
-                const uint32_t *sw = reinterpret_cast<const uint32_t *>(R.scale_stage(stage)) + ((u * RT + r) * 32 + lane) * 2;
-                const int64_t row = c.rb * (16 * RT) + r * 16 + gid;
+                const uint32_t *sw = reinterpret_cast<const uint32_t *>(st + R.kCodeBytes) + ((u * RT + r) * 32 + lane) * 2;
+                const int64_t row = (int64_t)c.rb * (16 * RT) + r * 16 + gid;
                 const int64_t r0 = row < p.n ? row : p.n - 1;
                 const int64_t r1 = row + 8 < p.n ? row + 8 : p.n - 1;
+                const int g = c.g + u;
                 // the half of the aligned word holding the scale: its fp16 index parity
                 w_lo = __half2float(__ushort_as_half((unsigned short)(sw[0] >> (16 * ((r0 * groups + g) & 1)))));
                 w_hi = __half2float(__ushort_as_half((unsigned short)(sw[1] >> (16 * ((r1 * groups + g) & 1)))));
@@ -259,21 +265,22 @@ __device__ __forceinline__ int c_tok(int nt, int j, int lane) { return nt * 8 + 
 // first segment: 2w, its last: 2w+1; m x 16*RT fp32 each) and the function returns true.
 template <int RT, int NT>
 __device__ __forceinline__ bool end_segment(const pq2_decode_problem &p, const stream_plan &sp,
-                                            int64_t w, int64_t u_begin, int64_t rb,
-                                            int64_t seg_begin, int64_t seg_end,
+                                            int32_t w, int32_t u_begin, int32_t rb,
+                                            int32_t seg_begin, int32_t seg_end,
                                             const float (&acc)[RT][NT][4], int lane)
 {
     constexpr int TR = 16 * RT;
-    const int64_t tile_begin = rb * sp.groups, tile_end = tile_begin + sp.groups;
+    const int32_t tile_begin = rb * sp.groups, tile_end = tile_begin + sp.groups;
     const bool whole = seg_begin == tile_begin && seg_end == tile_end;
     float *mine = p.partial + (size_t)(seg_begin == u_begin ? 2 * w : 2 * w + 1) * p.m * TR;
+    const int64_t row0 = (int64_t)rb * TR;
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const int64_t row = rb * TR + c_row(r, j, lane);
+                const int64_t row = row0 + c_row(r, j, lane);
                 const int tok = c_tok(nt, j, lane);
                 if (tok >= p.m) continue;
                 if (!whole) mine[(size_t)tok * TR + c_row(r, j, lane)] = acc[r][nt][j];
@@ -286,11 +293,11 @@ __device__ __forceinline__ bool end_segment(const pq2_decode_problem &p, const s
 // last of the row block's warps to arrive sums their partials in warp order and stores them.
 template <int RT>
 __device__ __forceinline__ void arrive_split(const pq2_decode_problem &p, const stream_plan &sp,
-                                             int64_t rb, int lane)
+                                             int32_t rb, int lane)
 {
     constexpr int TR = 16 * RT;
-    const int64_t tile_begin = rb * sp.groups, tile_end = tile_begin + sp.groups;
-    const int64_t w_first = owner_of(tile_begin, sp), w_last = owner_of(tile_end - 1, sp);
+    const int32_t tile_begin = rb * sp.groups, tile_end = tile_begin + sp.groups;
+    const int32_t w_first = owner_of(tile_begin, sp), w_last = owner_of(tile_end - 1, sp);
     unsigned last = 0;
     if (lane == 0) last = atomicAdd(p.counters + rb, 1u) == (unsigned)(w_last - w_first);
     last = __shfl_sync(0xffffffffu, last, 0);
@@ -299,12 +306,12 @@ __device__ __forceinline__ void arrive_split(const pq2_decode_problem &p, const 
     const bool first_inside = range_begin(w_first, sp) >= tile_begin;
     for (int e = lane; e < p.m * TR; e += 32) {
         const int tok = e / TR, rit = e % TR;
-        const int64_t row = rb * TR + rit;
+        const int64_t row = (int64_t)rb * TR + rit;
         float v = 0.0f;
         // Fixed order: warp index. Only the first contributor can have begun before the row
         // block (then it is that warp's last segment, slot 2w+1); every later one begins inside.
-        for (int64_t cw = w_first; cw <= w_last; ++cw) {
-            const int64_t cslot = cw == w_first && !first_inside ? 2 * cw + 1 : 2 * cw;
+        for (int32_t cw = w_first; cw <= w_last; ++cw) {
+            const int32_t cslot = cw == w_first && !first_inside ? 2 * cw + 1 : 2 * cw;
             v += __ldcg(p.partial + ((size_t)cslot * p.m + tok) * TR + rit);
         }
         if (row < p.n) pq2_store_from_f32(p.y, (size_t)tok * p.n + row, p.y_dtype, v);
@@ -317,8 +324,8 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
 {
     extern __shared__ __align__(16) uint8_t smem[];
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int64_t w = (int64_t)blockIdx.x * warps + warp;
-    const int64_t u_begin = range_begin(w, sp), u_end = range_begin(w + 1, sp);
+    const int32_t w = blockIdx.x * warps + warp;
+    const int32_t u_begin = range_begin(w, sp), u_end = range_begin(w + 1, sp);
     if (u_begin >= u_end) return;
 
     constexpr int NT = TOKS > 8 ? 2 : 1;
@@ -328,7 +335,7 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
     cursor start;
     start.u = u_begin;
     start.rb = u_begin / groups;
-    start.g = (int32_t)(u_begin - start.rb * groups);
+    start.g = u_begin - start.rb * groups;
 
     cursor pc = start;  // producer
     for (int s = 0; s < stages - 1; ++s) {
@@ -348,6 +355,21 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 
+    act_lane<NT> A;
+    {
+        const int gid = lane >> 2, tq = lane & 3;
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int tok_b = nt * 8 + gid, tok = nt * 8 + 2 * tq;
+            A.has_b[nt] = tok_b < p.m;
+            A.live[nt][0] = tok < p.m;
+            A.live[nt][1] = tok + 1 < p.m && TOKS > 1;
+            A.q[nt] = p.q8 + (size_t)(A.has_b[nt] ? tok_b : 0) * p.k + tq * 8;
+            A.xs[nt] = p.xs + (size_t)(A.live[nt][0] ? tok : 0) * groups;
+            A.sums[nt] = p.sums + (size_t)(A.live[nt][0] ? tok : 0) * groups;
+        }
+    }
+
     float acc[RT][NT][4];
 #pragma unroll
     for (int r = 0; r < RT; ++r)
@@ -357,11 +379,11 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
             for (int j = 0; j < 4; ++j) acc[r][nt][j] = 0.0f;
 
     cursor cc = start;  // consumer
-    int64_t seg_begin = u_begin;
+    int32_t seg_begin = u_begin;
     // Split row blocks met (at most two: the range's first and last); their arrivals are
     // counted once the whole range is done, so one fence serves both and the stream never
     // stalls on it.
-    int64_t split_first = -1, split_last = -1;
+    int32_t split_first = -1, split_last = -1;
     for (int stage = 0; cc.u < u_end;) {
         cp_async_wait_dyn(stages - 2);  // this lane's copies of chunk cc have landed
         // Refill the stage consumed last iteration (its values are already in registers).
@@ -374,8 +396,8 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
         cp_async_commit();
 
         const int n = chunk_units(cc, u_end, groups, U);
-        compute_chunk<LAYOUT, RT, NT, U, TOKS>(R, stage, cc, n, p, groups, lane, acc);
-        const int64_t rb = cc.rb;
+        compute_chunk<LAYOUT, RT, NT, U, TOKS>(R, stage, cc, n, p, A, groups, lane, acc);
+        const int32_t rb = cc.rb;
         advance(cc, n, groups);
         stage = stage + 1 == stages ? 0 : stage + 1;
         if (cc.g == 0 || cc.u == u_end) {
@@ -507,8 +529,13 @@ pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
 {
     stream_plan sp;
     sp.groups = (int32_t)(p.k >> 7);
-    sp.units = pq2_decode_row_blocks(p.n, cfg.rt) * sp.groups;
-    sp.total_warps = blocks * cfg.warps;
+    const int64_t units = pq2_decode_row_blocks(p.n, cfg.rt) * sp.groups;
+    if (units > INT32_MAX)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: n=%lld k=%lld has %lld units of 16*rt rows x 128 "
+                             "columns; the decode kernels index at most 2^31-1", fn,
+                             (long long)p.n, (long long)p.k, (long long)units);
+    sp.units = (int32_t)units;
+    sp.total_warps = (int32_t)(blocks * cfg.warps);
     sp.stages = cfg.stages;
     decode_fn kernel = find_instance(p.layout, cfg.rt, cfg.unroll, p.m);
     cudaLaunchConfig_t lc = {};
