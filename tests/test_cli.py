@@ -128,7 +128,7 @@ def test_info_json_of_repacked_file(tmp_path, capsys, demo):
     assert d["metadata"]["tokenizer.ggml.tokens"] == {"array": "STRING", "len": 1024}
     t = {r["name"]: r for r in d["tensors"]}
     assert t["output.weight"] == {"name": "output.weight", "type": "I8", "layout": "tiles",
-                                  "rt": 4, "shape": [256, 1024], "bytes": 1024 * 2 * 34,
+                                  "rt": 2, "shape": [256, 1024], "bytes": 1024 * 2 * 34,
                                   "source_type": "PTQ1_0"}
     assert t["output_norm.weight"]["layout"] is None and t["output_norm.weight"]["type"] == "F32"
     assert d["weights"]["count"] == 16
@@ -149,7 +149,7 @@ def test_demo(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path / "d")) == ["demo-bonsai-pq2.gguf",
                                                   "demo-bonsai-pq2.pyq2-tiles.gguf"]
     assert "verify: identical" in out and "16 tensors converted" in out
-    assert "tiles rt=4 (PTQ1_0)" in out
+    assert "tiles rt=2 (PTQ1_0)" in out
 
 
 # ---- exit codes and errors ----------------------------------------------------------------
