@@ -275,7 +275,11 @@ def test_bad_arguments_return_status():
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT"
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 9, 2, 4)))
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "warps=9" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 8, 4, 8)))
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 4, 2)))  # 4 does not divide 640/128
+    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "unroll=4" in e.message
+    big = weights((1000, 2560), "random", "tiles", 2)[2]
+    xb = activations(2, 2560, "normal", torch.float32, 0)
+    e = status_of(lambda: big.matmul(xb, cfg=decode_config(2, 8, 4, 8)))
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "shared memory" in e.message
     st = _lib.pq2_matmul_cuda(w.struct(), _ffi.NULL, 0, _ffi.NULL, 0, 1, _ffi.NULL, _ffi.NULL, 0,
                               _ffi.NULL)

@@ -66,21 +66,15 @@ __device__ __forceinline__ void cp_async_wait_dyn(int n)
 
 struct stream_plan {
     int32_t units;        // row blocks * groups (< 2^31: checked at launch)
-    int32_t total_warps;  // grid * warps per block (<= units)
-    int32_t groups, stages;
+    int32_t chunks;       // units / unroll (unroll divides groups: chunks never straddle rows)
+    int32_t total_warps;  // grid * warps per block (<= chunks)
+    int32_t groups, stages, unroll;
 };
 
-// Position in a warp's unit range: flat unit index, its row block and group.
+// Position in the unit sequence: flat unit index, its row block and group.
 struct cursor {
     int32_t u, rb, g;
 };
-
-// Units of the next chunk: up to U, never past the row block's end or the range's end.
-__device__ __forceinline__ int chunk_units(const cursor &c, int32_t u_end, int groups, int unroll)
-{
-    int n = min(u_end - c.u, groups - c.g);
-    return n < unroll ? n : unroll;
-}
 
 __device__ __forceinline__ void advance(cursor &c, int n, int groups)
 {
@@ -89,14 +83,14 @@ __device__ __forceinline__ void advance(cursor &c, int n, int groups)
     if (c.g == groups) c.g = 0, ++c.rb;
 }
 
-// First unit of warp w's range and the warp owning unit u (the inverse).
+// First unit of warp w's range (ranges are whole chunks) and the warp owning unit u.
 __device__ __forceinline__ int32_t range_begin(int32_t w, const stream_plan &sp)
 {
-    return (int32_t)((int64_t)w * sp.units / sp.total_warps);
+    return (int32_t)((int64_t)w * sp.chunks / sp.total_warps) * sp.unroll;
 }
 __device__ __forceinline__ int32_t owner_of(int32_t u, const stream_plan &sp)
 {
-    return (int32_t)(((int64_t)u + 1) * sp.total_warps - 1) / sp.units;
+    return (int32_t)((((int64_t)(u / sp.unroll) + 1) * sp.total_warps - 1) / sp.chunks);
 }
 
 // Per-warp ring of STAGES chunks of U units. Codes: [stage][u][r][lane] 16 B (the lane's own
@@ -332,17 +326,14 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
     const int groups = sp.groups, stages = sp.stages;
     ring<LAYOUT, RT, U> R{smem + (size_t)warp * stages * ring<LAYOUT, RT, U>::kStageBytes};
 
-    cursor start;
-    start.u = u_begin;
-    start.rb = u_begin / groups;
-    start.g = u_begin - start.rb * groups;
-
-    cursor pc = start;  // producer
+    cursor pc;  // producer: the next chunk to copy
+    pc.u = u_begin;
+    pc.rb = u_begin / groups;
+    pc.g = u_begin - pc.rb * groups;
     for (int s = 0; s < stages - 1; ++s) {
         if (pc.u < u_end) {
-            const int n = chunk_units(pc, u_end, groups, U);
-            issue_chunk(R, s, pc, n, p, groups, lane);
-            advance(pc, n, groups);
+            issue_chunk(R, s, pc, U, p, groups, lane);
+            advance(pc, U, groups);
         }
         cp_async_commit();
     }
@@ -370,48 +361,42 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
         }
     }
 
-    float acc[RT][NT][4];
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[r][nt][j] = 0.0f;
-
-    cursor cc = start;  // consumer
-    int32_t seg_begin = u_begin;
     // Split row blocks met (at most two: the range's first and last); their arrivals are
     // counted once the whole range is done, so one fence serves both and the stream never
     // stalls on it.
     int32_t split_first = -1, split_last = -1;
-    for (int stage = 0; cc.u < u_end;) {
-        cp_async_wait_dyn(stages - 2);  // this lane's copies of chunk cc have landed
-        // Refill the stage consumed last iteration (its values are already in registers).
-        const int refill = stage == 0 ? stages - 1 : stage - 1;
-        if (pc.u < u_end) {
-            const int n = chunk_units(pc, u_end, groups, U);
-            issue_chunk(R, refill, pc, n, p, groups, lane);
-            advance(pc, n, groups);
-        }
-        cp_async_commit();
-
-        const int n = chunk_units(cc, u_end, groups, U);
-        compute_chunk<LAYOUT, RT, NT, U, TOKS>(R, stage, cc, n, p, A, groups, lane, acc);
-        const int32_t rb = cc.rb;
-        advance(cc, n, groups);
-        stage = stage + 1 == stages ? 0 : stage + 1;
-        if (cc.g == 0 || cc.u == u_end) {
-            if (end_segment<RT, NT>(p, sp, w, u_begin, rb, seg_begin, cc.u, acc, lane)) {
-                if (seg_begin == u_begin) split_first = rb;
-                else split_last = rb;
+    cursor cc;  // consumer
+    cc.u = u_begin;
+    cc.rb = u_begin / groups;
+    cc.g = u_begin - cc.rb * groups;
+    int stage = 0;
+    while (cc.u < u_end) {
+        // One segment: this row block's units in the range. Chunks are whole (unroll divides
+        // groups and the ranges are cut at chunk boundaries), so the hot loop has no tails.
+        const int32_t rb = cc.rb, seg_begin = cc.u;
+        const int32_t seg_end = min(u_end, (rb + 1) * groups);
+        float acc[RT][NT][4];
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[r][nt][j] = 0.0f;
+        do {
+            cp_async_wait_dyn(stages - 2);  // this lane's copies of chunk cc have landed
+            // Refill the stage consumed last iteration (its values are already in registers).
+            if (pc.u < u_end) {
+                issue_chunk(R, stage == 0 ? stages - 1 : stage - 1, pc, U, p, groups, lane);
+                advance(pc, U, groups);
             }
-            seg_begin = cc.u;
-#pragma unroll
-            for (int r = 0; r < RT; ++r)
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) acc[r][nt][j] = 0.0f;
+            cp_async_commit();
+            compute_chunk<LAYOUT, RT, NT, U, TOKS>(R, stage, cc, U, p, A, groups, lane, acc);
+            advance(cc, U, groups);
+            stage = stage + 1 == stages ? 0 : stage + 1;
+        } while (cc.u < seg_end);
+        if (end_segment<RT, NT>(p, sp, w, u_begin, rb, seg_begin, seg_end, acc, lane)) {
+            if (seg_begin == u_begin) split_first = rb;
+            else split_last = rb;
         }
     }
     cp_async_wait<0>();
@@ -470,7 +455,7 @@ pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin)
 }
 
 pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                   int32_t layout_rt, int64_t m, int max_smem)
+                                   int32_t layout_rt, int64_t m, int64_t k, int max_smem)
 {
     if (layout == PQ2_LAYOUT_TILES && cfg.rt != layout_rt)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
@@ -482,6 +467,10 @@ pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg,
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config warps=%d is not in 1..8", fn, (int)cfg.warps);
     if (cfg.unroll != 1 && cfg.unroll != 2 && cfg.unroll != 4)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config unroll=%d is not 1, 2 or 4", fn, (int)cfg.unroll);
+    if ((k >> 7) % cfg.unroll != 0)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: config unroll=%d must divide k/128=%lld (chunks never straddle rows)",
+                             fn, (int)cfg.unroll, (long long)(k >> 7));
     if (cfg.stages < 2 || cfg.stages > 8)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config stages=%d is not in 2..8", fn, (int)cfg.stages);
     if (cfg.blocks < 0)
@@ -501,11 +490,12 @@ pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg,
 pq2_status pq2_decode_grid(const char *fn, pq2_decode_config *cfg, int32_t layout, int64_t m,
                            int64_t n, int64_t k, int sms, int64_t *blocks)
 {
-    // Every warp must own at least one unit: the arrival count of a split row block is the
+    // Every warp must own at least one chunk: the arrival count of a split row block is the
     // number of warps whose ranges meet it, and the ranges are only all non-empty when
-    // total warps <= units.
+    // total warps <= chunks.
     const int64_t units = pq2_decode_row_blocks(n, cfg->rt) * (k >> 7);
-    if (units < cfg->warps) cfg->warps = (int32_t)units;
+    const int64_t chunks = units / cfg->unroll;
+    if (chunks < cfg->warps) cfg->warps = (int32_t)chunks;
     int64_t b = cfg->blocks;
     if (b == 0) {
         int per_sm = 0;
@@ -517,7 +507,7 @@ pq2_status pq2_decode_grid(const char *fn, pq2_decode_config *cfg, int32_t layou
                                  fn, (int)cfg->warps, (int)cfg->unroll, (int)cfg->stages);
         b = (int64_t)per_sm * sms;
     }
-    if (b > units / cfg->warps) b = units / cfg->warps;
+    if (b > chunks / cfg->warps) b = chunks / cfg->warps;
     if (b > INT32_MAX) b = INT32_MAX;
     *blocks = b;
     return PQ2_OK;
@@ -535,6 +525,8 @@ pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
                              "columns; the decode kernels index at most 2^31-1", fn,
                              (long long)p.n, (long long)p.k, (long long)units);
     sp.units = (int32_t)units;
+    sp.unroll = cfg.unroll;
+    sp.chunks = (int32_t)(units / cfg.unroll);
     sp.total_warps = (int32_t)(blocks * cfg.warps);
     sp.stages = cfg.stages;
     decode_fn kernel = find_instance(p.layout, cfg.rt, cfg.unroll, p.m);

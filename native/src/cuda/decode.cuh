@@ -23,9 +23,10 @@ static inline int64_t pq2_decode_row_blocks(int64_t n, int32_t rt) { return (n +
 pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin);
 
 // PQ2_OK when the family has an instance for cfg with this layout and m that fits in max_smem
-// bytes of shared memory per block, else an error naming the values.
+// bytes of shared memory per block and whose unroll divides k/128, else an error naming the
+// values.
 pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                   int32_t layout_rt, int64_t m, int max_smem);
+                                   int32_t layout_rt, int64_t m, int64_t k, int max_smem);
 
 // The grid size cfg gives on a device with `sms` multiprocessors: cfg->blocks, or one full wave
 // when 0, capped so that no warp is without work (which may also lower cfg->warps for tiny

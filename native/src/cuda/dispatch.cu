@@ -129,7 +129,9 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     int sms, max_smem;
     PQ2_CHECK(device_facts(fn, &sms, &max_smem));
     *cfg = cfg_in ? *cfg_in : choose_config(*v, m);
-    PQ2_CHECK(pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m, max_smem));
+    if (!cfg_in)  // chunks must tile k/128: the dispatcher shrinks its chunk for odd k
+        while (cfg->unroll > 1 && v->groups % cfg->unroll != 0) cfg->unroll /= 2;
+    PQ2_CHECK(pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m, v->k, max_smem));
     return pq2_decode_grid(fn, cfg, v->layout, m, v->n, v->k, sms, blocks);
 }
 
