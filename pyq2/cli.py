@@ -249,6 +249,10 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
+    except BrokenPipeError:
+        # `pyq2 info FILE | head`: the reader left; that is not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except KeyboardInterrupt:
         print(f"{PROG}: error: interrupted; nothing was written", file=sys.stderr)
         return 1

@@ -31,7 +31,8 @@ How repacked weights are stored (format version PQ2_FORMAT_VERSION = 1)
 
     The pyq2.* keys follow all of the source's keys, which keep their order, types and bytes.
     Layout `raw` writes plain PQ2_0 tensors (type 142, the logical shape) and no pyq2.* keys, so
-    repacking a planes/tiles file back to raw restores the original tensor bytes exactly.
+    repacking a planes/tiles file back to raw restores the original tensor bytes exactly when the
+    source was PQ2_0; PTQ1_0 and TQ2_0 sources come back as the equivalent PQ2_0 (same weights).
 
 Writing (`write_gguf`)
     Header, key/values and tensor infos are written first, then each tensor's bytes are asked

@@ -1,6 +1,6 @@
 """GPU entry points of libpq2 over torch CUDA tensors (optional: needs torch with CUDA).
 
-    w = PQ2Weights.from_host(raw_bytes, n, k, layout="tiles", rt=4)   # upload once
+    w = PQ2Weights.from_host(raw_bytes, n, k, layout="tiles", rt=2)   # upload once
     y = w.matmul(x)                                                    # x: [m, k] cuda tensor
 
 The library itself takes plain device pointers; torch is only this module's allocator and
@@ -57,10 +57,10 @@ class PQ2Weights:
     n: int
     k: int
     layout: str = "tiles"
-    rt: int = 4
+    rt: int = 2
 
     @classmethod
-    def from_host(cls, raw, n: int, k: int, layout: str = "tiles", rt: int = 4, device=None):
+    def from_host(cls, raw, n: int, k: int, layout: str = "tiles", rt: int = 2, device=None):
         """Convert raw PQ2_0 blocks (host bytes) to `layout` and upload them."""
         torch = _torch()
         from . import host

@@ -189,7 +189,7 @@ def main(argv=None):
     ap.add_argument("--json", help="write the full results here")
     ap.add_argument("--ms", default="1,2,4,8,16")
     ap.add_argument("--shapes", default=",".join(SHAPES))
-    ap.add_argument("--layouts", default="tiles:4,planes:0", help="layout:rt list")
+    ap.add_argument("--layouts", default="tiles:2,planes:0", help="layout:rt list")
     ap.add_argument("--no-cublas", action="store_true")
     ap.add_argument("--no-pass", action="store_true")
     ap.add_argument("--replays", type=int, default=30)

@@ -120,7 +120,7 @@ typedef struct pq2_weights {
 
 /* ---- library ---- */
 PQ2_API uint32_t pq2_abi_version(void);
-PQ2_API const char *pq2_version_string(void);          /* e.g. "0.1.0 (cuda sm_90a,sm_80)" */
+PQ2_API const char *pq2_version_string(void);          /* "0.1.0 (cuda 90a-real,80)" or "0.1.0 (cpu only)" */
 PQ2_API int32_t pq2_built_with_cuda(void);             /* 1 when the CUDA half is compiled in */
 PQ2_API const char *pq2_status_name(int32_t status);   /* "PQ2_ERR_SHAPE", never NULL */
 PQ2_API const char *pq2_last_error(void);              /* thread-local; "" after success */
