@@ -22,7 +22,10 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, ROOT)
+try:  # the installed package (with its native library); a bare source checkout falls back to numpy
+    import pyq2  # noqa: F401
+except ImportError:
+    sys.path.insert(0, ROOT)
 
 # (name, N, K) of the Bonsai-27B projections (TARGETS.md), cycled to fill the requested size.
 SHAPES = [("ffn_gate_up", 34816, 5120), ("ffn_down", 5120, 17408), ("attn_in_proj", 16384, 5120),
