@@ -30,29 +30,6 @@ static inline pq2_status pq2_launch_status(const char *fn)
     return pq2_ok();
 }
 
-// A kernel launch for cudaLaunchKernelEx. pdl: launch as a programmatic dependent of the
-// stream's previous kernel (Hopper): the kernel may start before that one ends and must execute
-// griddepcontrol.wait before touching what it wrote. Not copyable: config.attrs points inside.
-struct pq2_launch {
-    cudaLaunchConfig_t config = {};
-    cudaLaunchAttribute attr[1];
-    pq2_launch(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, bool pdl)
-    {
-        config.gridDim = grid;
-        config.blockDim = block;
-        config.dynamicSmemBytes = smem;
-        config.stream = stream;
-        if (pdl) {
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            config.attrs = attr;
-            config.numAttrs = 1;
-        }
-    }
-    pq2_launch(const pq2_launch &) = delete;
-    pq2_launch &operator=(const pq2_launch &) = delete;
-};
-
 static inline bool pq2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
 #define PQ2_CHECK_ALIGN(fn, ptr, a)                                                             \

@@ -193,18 +193,12 @@ extern "C" PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, in
     return pq2_ok();
 }
 
-// prepare() plus the workspace: its plan, size and alignment.
-static pq2_status prepare_call(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dtype,
-                               const pq2_decode_config *cfg_in, void *workspace, size_t bytes,
-                               pq2_view *v, pq2_decode_config *cfg, int64_t *blocks,
-                               workspace_plan *plan)
+static pq2_status check_workspace(const char *fn, void *workspace, size_t bytes, size_t need)
 {
-    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, v, cfg, blocks));
-    *plan = plan_workspace(*v, m, *cfg, *blocks);
-    if (workspace == nullptr)
-        return pq2_set_error(PQ2_ERR_WORKSPACE, "%s: workspace is NULL; %zu bytes needed", fn, plan->total);
-    if (bytes < plan->total)
-        return pq2_set_error(PQ2_ERR_WORKSPACE, "%s: workspace_bytes=%zu < %zu needed", fn, bytes, plan->total);
+    if (need > 0 && workspace == nullptr)
+        return pq2_set_error(PQ2_ERR_WORKSPACE, "%s: workspace is NULL; %zu bytes needed", fn, need);
+    if (bytes < need)
+        return pq2_set_error(PQ2_ERR_WORKSPACE, "%s: workspace_bytes=%zu < %zu needed", fn, bytes, need);
     PQ2_CHECK_ALIGN(fn, workspace, 256);
     return PQ2_OK;
 }
@@ -225,8 +219,9 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     pq2_view v;
     pq2_decode_config cfg;
     int64_t blocks;
-    workspace_plan plan;
-    PQ2_CHECK(prepare_call(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &v, &cfg, &blocks, &plan));
+    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &v, &cfg, &blocks));
+    const workspace_plan plan = plan_workspace(v, m, cfg, blocks);
+    PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, plan.total));
     uint8_t *ws = static_cast<uint8_t *>(workspace);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const int32_t n_counters = (int32_t)pq2_decode_row_blocks(v.n, cfg.rt);
@@ -258,8 +253,9 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     pq2_view v;
     pq2_decode_config cfg;
     int64_t blocks;
-    workspace_plan plan;
-    PQ2_CHECK(prepare_call(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &v, &cfg, &blocks, &plan));
+    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &v, &cfg, &blocks));
+    const workspace_plan plan = plan_workspace(v, m, cfg, blocks);
+    PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, plan.total));
     uint8_t *ws = static_cast<uint8_t *>(workspace);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     // The arrival counters must start at zero (pq2_matmul_cuda clears them in its quantiser).
