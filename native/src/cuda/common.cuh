@@ -41,15 +41,6 @@ static inline bool pq2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)
 
 // ---- dtypes ---------------------------------------------------------------------------------
 
-__device__ __forceinline__ float pq2_load_as_f32(const void *p, size_t i, int dtype)
-{
-    switch (dtype) {
-    case PQ2_DTYPE_F16: return __half2float(((const __half *)p)[i]);
-    case PQ2_DTYPE_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[i]);
-    default: return ((const float *)p)[i];
-    }
-}
-
 __device__ __forceinline__ void pq2_store_from_f32(void *p, size_t i, int dtype, float v)
 {
     switch (dtype) {
@@ -57,27 +48,6 @@ __device__ __forceinline__ void pq2_store_from_f32(void *p, size_t i, int dtype,
     case PQ2_DTYPE_BF16: ((__nv_bfloat16 *)p)[i] = __float2bfloat16_rn(v); break;
     default: ((float *)p)[i] = v; break;
     }
-}
-
-// ---- loads ----------------------------------------------------------------------------------
-
-// Weight bytes are read exactly once per call: keep them out of L1 so the activations stay.
-__device__ __forceinline__ uint4 pq2_ld_stream16(const void *p)
-{
-    uint4 v;
-    asm("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
-
-__device__ __forceinline__ uint2 pq2_ld_stream8(const void *p)
-{
-    uint2 v;
-    asm("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];"
-                 : "=r"(v.x), "=r"(v.y)
-                 : "l"(p));
-    return v;
 }
 
 // ---- the 2-bit code order on the GPU --------------------------------------------------------

@@ -13,17 +13,17 @@
 // rounding.
 //
 // Streaming. Work is a sequence of units (row block of 16*RT rows, 128-group) in the order the
-// TILES layout stores them. Every warp takes an equal contiguous range of units ("stream-K"),
+// TILES layout stores them, cut into chunks of U units (U divides K/128, so a chunk never
+// straddles two row blocks). Every warp takes an equal contiguous range of chunks ("stream-K"),
 // so all warps finish together whatever the shape. A warp streams its range through a private
-// shared-memory ring of STAGES chunks of U units (cp.async; each lane copies exactly the bytes it
-// later reads, so no barrier is needed), keeping (STAGES-1) chunks in flight without spending
-// registers on them. A row block covered by one warp is stored directly; one split between warps
+// shared-memory ring of STAGES chunks (cp.async; each lane copies exactly the code bytes it later
+// reads, and the warp's shared scale words need only a __syncwarp), keeping (STAGES-1) chunks in
+// flight without spending registers on them. A row block covered by one warp is stored directly; one split between warps
 // is finished by the last of them to arrive (a counter per row block), which sums the partial
 // results in warp order: the bits never depend on timing.
 #include "decode.cuh"
 
 namespace {
-
 
 __device__ __forceinline__ uint32_t smem_addr(const void *p)
 {
