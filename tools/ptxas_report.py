@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Registers, shared memory and spills of every compiled CUDA kernel of libpq2 (no GPU needed).
+
+Compiles each native/src/cuda/*.cu for sm_90a with `-Xptxas -v`, prints one line per kernel
+instance and exits 1 if any kernel spills or uses a stack frame (local memory in a hot loop).
+
+    python3 tools/ptxas_report.py [--arch 90a] [--allow-stack]
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def demangle(name: str) -> str:
+    """decode_kernel<2, 2, 4, 1> from its mangled name (template integer arguments only)."""
+    cut = name.find("ILi")
+    if cut < 0:
+        return name
+    prefix, base = name[:cut], name[:cut]
+    # The template's name is the last length-prefixed component: <digits><identifier> whose
+    # digits (possibly preceded by other digits of a hash) give the identifier's length.
+    for j in range(len(prefix) - 1, 0, -1):
+        if prefix[j - 1].isdigit() and not prefix[j].isdigit():
+            i = j
+            while i > 0 and prefix[i - 1].isdigit():
+                i -= 1
+            ident = prefix[j:]
+            if any(int(prefix[a:j]) == len(ident) for a in range(i, j)):
+                base = ident
+                break
+    args = re.findall(r"Li(-?\d+)E", name[cut:name.find("EE", cut) + 1])
+    return f"{base}<{', '.join(args)}>"
+
+
+def report(src: Path, arch: str):
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = ["nvcc", "-std=c++17", "-O3", "-Xptxas", "-v", f"-gencode=arch=compute_{arch},code=sm_{arch}",
+               f"-I{ROOT / 'native/include'}", f"-I{ROOT / 'native/src'}", "-c", str(src),
+               "-o", str(Path(tmp) / "k.o")]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"nvcc failed on {src}:\n{out.stderr}")
+    rows, cur = [], None
+    for line in out.stderr.splitlines():
+        m = re.search(r"Compiling entry function '(\S+)'", line)
+        if m:
+            cur = {"kernel": demangle(m.group(1)), "stack": 0, "spill_st": 0, "spill_ld": 0}
+            rows.append(cur)
+            continue
+        if cur is None:
+            continue
+        m = re.search(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads", line)
+        if m:
+            cur["stack"], cur["spill_st"], cur["spill_ld"] = map(int, m.groups())
+        m = re.search(r"Used (\d+) registers", line)
+        if m:
+            cur["regs"] = int(m.group(1))
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--arch", default="90a")
+    ap.add_argument("--allow-stack", action="store_true", help="report stack frames without failing")
+    args = ap.parse_args(argv)
+    bad = 0
+    for src in sorted((ROOT / "native/src/cuda").glob("*.cu")):
+        for r in report(src, args.arch):
+            flag = ""
+            if r["spill_st"] or r["spill_ld"] or (r["stack"] and not args.allow_stack):
+                flag, bad = "  <-- local memory", bad + 1
+            print(f"{src.name:14s} {r['kernel']:40s} regs {r.get('regs', 0):3d}  stack {r['stack']:4d}  "
+                  f"spills {r['spill_st']}/{r['spill_ld']}{flag}")
+    if bad:
+        print(f"{bad} kernel(s) use local memory", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
