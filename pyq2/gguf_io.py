@@ -56,15 +56,16 @@ import numpy as np
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
 
+from . import formats
 from .errors import FormatError
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
 RELEASE_BEHIND = 1 << 20
 
-PQ2_0 = 142
-PTQ1_0 = 143
-TQ2_0 = int(GGMLQuantizationType.TQ2_0)  # 35
+PQ2_0 = formats.PQ2_TYPE_ID  # 142
+PTQ1_0 = formats.PTQ1_TYPE_ID  # 143
+TQ2_0 = formats.TQ2_TYPE_ID  # 35, gguf's GGMLQuantizationType.TQ2_0
 I8 = int(GGMLQuantizationType.I8)  # 24
 F32 = int(GGMLQuantizationType.F32)  # 0
 
@@ -75,7 +76,8 @@ KEY_FORMAT_VERSION = "pyq2.format_version"
 KEY_LAYOUT = "pyq2.layout"
 
 # (name, id, weights per block, bytes per block) of the private types.
-_PRIVATE_TYPES = (("PQ2_0", PQ2_0, 128, 34), ("PTQ1_0", PTQ1_0, 128, 28))
+_PRIVATE_TYPES = (("PQ2_0", PQ2_0, formats.PQ2_BLOCK_WEIGHTS, formats.PQ2_BLOCK_BYTES),
+                  ("PTQ1_0", PTQ1_0, formats.PTQ1_BLOCK_WEIGHTS, formats.PTQ1_BLOCK_BYTES))
 
 
 # ---------------------------------------------------------------------------------- types ----

@@ -95,3 +95,12 @@ def test_gpu_entry_points_fail_cleanly_without_a_gpu():
     for status in (lib.pq2_cuda_init(), lib.pq2_matmul_workspace_size(w, 1, ffi.NULL, size)):
         assert ffi.string(lib.pq2_status_name(status)).decode() == expected
         assert ffi.string(lib.pq2_last_error())
+
+
+def test_python_constants_match_the_header():
+    from pyq2 import formats, gguf_io
+    assert gguf_io.PQ2_FORMAT_VERSION == lib.PQ2_FORMAT_VERSION
+    assert (formats.PQ2_BLOCK_BYTES, formats.PTQ1_BLOCK_BYTES, formats.TQ2_BLOCK_BYTES) == \
+        (lib.PQ2_BLOCK_BYTES, lib.PTQ1_BLOCK_BYTES, lib.TQ2_BLOCK_BYTES)
+    assert (formats.PQ2_BLOCK_WEIGHTS, formats.TQ2_BLOCK_WEIGHTS) == \
+        (lib.PQ2_BLOCK_WEIGHTS, lib.TQ2_BLOCK_WEIGHTS)
