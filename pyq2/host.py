@@ -83,26 +83,23 @@ def convert_layout(buf, n: int, k: int, src, dst, src_rt: int = 0, dst_rt: int =
 # n_blocks comes from the source size rounded down and src_bytes is the true size, so the
 # library itself reports a buffer that is not a whole number of blocks.
 
+def _to_pq2(fn, buf, src_block: int, pq2_per_block: int) -> np.ndarray:
+    ffi, _ = _native.load()
+    src = as_bytes(buf)
+    nb = src.size // src_block
+    out = np.empty(pq2_per_block * nb * PQ2_BLOCK_BYTES, dtype=np.uint8)
+    _native.check(fn(_in(ffi, src, "uint8_t"), src.size, _out(ffi, out, "uint8_t"), out.nbytes, nb))
+    return out
+
+
 def ptq1_to_pq2(buf) -> np.ndarray:
     """PTQ1_0 blocks -> PQ2_0 blocks (flat uint8)."""
-    ffi, lib = _native.load()
-    src = as_bytes(buf)
-    nb = src.size // PTQ1_BLOCK_BYTES
-    out = np.empty(nb * PQ2_BLOCK_BYTES, dtype=np.uint8)
-    _native.check(lib.pq2_ptq1_to_pq2(_in(ffi, src, "uint8_t"), src.size,
-                                      _out(ffi, out, "uint8_t"), out.nbytes, nb))
-    return out
+    return _to_pq2(_native.load()[1].pq2_ptq1_to_pq2, buf, PTQ1_BLOCK_BYTES, 1)
 
 
 def tq2_to_pq2(buf) -> np.ndarray:
     """TQ2_0 blocks -> PQ2_0 blocks, two per TQ2_0 block (flat uint8)."""
-    ffi, lib = _native.load()
-    src = as_bytes(buf)
-    nb = src.size // TQ2_BLOCK_BYTES
-    out = np.empty(2 * nb * PQ2_BLOCK_BYTES, dtype=np.uint8)
-    _native.check(lib.pq2_tq2_to_pq2(_in(ffi, src, "uint8_t"), src.size,
-                                     _out(ffi, out, "uint8_t"), out.nbytes, nb))
-    return out
+    return _to_pq2(_native.load()[1].pq2_tq2_to_pq2, buf, TQ2_BLOCK_BYTES, 2)
 
 
 def pq2_to_ptq1(buf, blocks_per_row: int | None = None) -> np.ndarray:

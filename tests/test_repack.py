@@ -389,31 +389,31 @@ def test_non_finite_scale_in_ptq1(tmp_path):
         repack(src, tmp_path / "o.gguf", layout="planes")
 
 
-def test_inconsistent_pyq2_metadata(tmp_path, model):
-    src, _ = model
+def planes_with_key(src, tmp_path, key, record):
+    """src repacked to planes, then rewritten with metadata `key` replaced by record(key)."""
     planes = tmp_path / "p.gguf"
     repack(src, planes, layout="planes")
-    # Claim the weight is 3 rows bigger than its bytes.
+    bad = tmp_path / "bad.gguf"
     with gguf_io.open_gguf(planes) as f:
-        recs = [f.kv_record(k) if k != "pyq2.tensor.blk.0.attn_q.weight.shape" else
-                gguf_io.encode_kv(k, V.ARRAY, [256, 103], V.UINT64) for k in f.keys()]
+        recs = [f.kv_record(k) if k != key else record(k) for k in f.keys()]
         outs = [OutTensor(t.name, t.type_id, t.ne, t.nbytes) for t in f.tensors]
-        bad = tmp_path / "bad.gguf"
         gguf_io.write_gguf(bad, recs, outs, lambda i, t: (f.data(f.tensors[i]),))
+    return bad
+
+
+def test_inconsistent_pyq2_metadata(tmp_path, model):
+    src, _ = model
+    # Claim the weight is 3 rows bigger than its bytes.
+    bad = planes_with_key(src, tmp_path, "pyq2.tensor.blk.0.attn_q.weight.shape",
+                          lambda k: gguf_io.encode_kv(k, V.ARRAY, [256, 103], V.UINT64))
     with pytest.raises(FormatError, match="attn_q.weight' holds .* bytes"):
         repack(bad, tmp_path / "o.gguf")
 
 
 def test_newer_format_version_is_refused(tmp_path, model):
     src, _ = model
-    planes = tmp_path / "p.gguf"
-    repack(src, planes, layout="planes")
-    with gguf_io.open_gguf(planes) as f:
-        recs = [f.kv_record(k) if k != "pyq2.format_version" else
-                gguf_io.encode_kv(k, V.UINT32, 2) for k in f.keys()]
-        outs = [OutTensor(t.name, t.type_id, t.ne, t.nbytes) for t in f.tensors]
-        bad = tmp_path / "v2.gguf"
-        gguf_io.write_gguf(bad, recs, outs, lambda i, t: (f.data(f.tensors[i]),))
+    bad = planes_with_key(src, tmp_path, "pyq2.format_version",
+                          lambda k: gguf_io.encode_kv(k, V.UINT32, 2))
     with pytest.raises(FormatError, match="format_version is 2"):
         repack(bad, tmp_path / "o.gguf")
 
