@@ -27,14 +27,19 @@ from pyq2.gpu import CONFIG_FIELDS, decode_config
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 
 
-def search_space(layout, layout_rt, m, wide=False):
+def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock")):
+    """Configurations to time: 6-tuples in CONFIG_FIELDS order (refused ones are skipped)."""
     rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
-    warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
-    for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
-        yield (rt, w, u, s, 0)
+    if "stream" in families:
+        warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
+        for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
+            yield (rt, w, u, s, 0, 0)
+    if "rowblock" in families and layout == "tiles":  # one block per row block, tiles only
+        for w, u, s in itertools.product((2, 4, 8, 16), (1, 2, 4), (1, 2)):
+            yield (layout_rt, w, u, s, 0, 1)
 
 
-def tune(shapes, layouts, ms, replays, log, wide=False):
+def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "rowblock")):
     entries, rows = [], []
     for name in shapes:
         n, k, _ = SHAPES[name]
@@ -42,7 +47,7 @@ def tune(shapes, layouts, ms, replays, log, wide=False):
             ws = resident(n, k, layout, layout_rt, copies_for(pq2_bytes(n, k)))
             for m in ms:
                 best = None
-                for cfg in search_space(layout, layout_rt, m, wide):
+                for cfg in search_space(layout, layout_rt, m, wide, families):
                     try:
                         us = time_pq2(ws, m, decode_config(*cfg), replays=replays)
                     except Pq2Error as e:
@@ -63,19 +68,49 @@ def tune(shapes, layouts, ms, replays, log, wide=False):
     return entries, rows
 
 
-def render_table(entries, env):
+FAMILY_NAMES = {0: "STREAM", 1: "ROWBLOCK"}
+
+
+def render_table(entries, env, keep=()):
+    """The table text: the tuned entries plus `keep` (existing PQ2_TUNED lines of layouts not
+    tuned in this run, with their provenance comments)."""
     lines = [
-        "// The decode family's tuned configurations: one line per (layout, m range, shape).",
+        "// The decode families' tuned configurations: one line per (layout, m range, shape).",
         "// Rewritten by tools/tune_decode.py from measurements on the GPU; shapes not listed use",
         "// fallback_config() in dispatch.cu.",
-        f"// Generated {env['date']} on {env['gpu']} ({env['nvidia_smi']}), commit {env['commit']}.",
-        "//",
-        "// PQ2_TUNED(layout, m_max, n, k, layout_rt, rt, warps, unroll, stages, blocks)  // us",
+        f"// Generated {env['date']} on {env['gpu']} ({env['nvidia_smi']}), commit {env['commit']}"
+        f" (layouts {', '.join(sorted({e[0] + str(e[4] or '') for e in entries}))}).",
     ]
+    lines += [line for line in keep if line.startswith("// ") and "Generated" in line]
+    lines += ["//",
+              "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks)  // us"]
+    lines += [line for line in keep if line.startswith("PQ2_TUNED(")]
     for layout, m, n, k, layout_rt, cfg, us in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[4], e[1])):
-        args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt) + tuple(cfg))
+        rt, warps, unroll, stages, blocks, family = cfg
+        args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt, FAMILY_NAMES[family],
+                                          rt, warps, unroll, stages, blocks))
         lines.append(f"PQ2_TUNED({args})  // {us:.1f} us")
     return "\n".join(lines) + "\n"
+
+
+def kept_lines(path, tuned_layouts):
+    """Lines of an existing table for layouts this run does not tune."""
+    try:
+        with open(path) as f:
+            old = f.read().splitlines()
+    except FileNotFoundError:
+        return []
+    names = {layout.upper() for layout, _ in tuned_layouts}
+    keep = []
+    for line in old:
+        if line.startswith("PQ2_TUNED("):
+            layout = line[len("PQ2_TUNED("):].split(",")[0].strip()
+            if layout not in names:
+                keep.append(line)
+        elif line.startswith("// ") and "Generated" in line and any(
+                f"layouts {n.lower()}" in line or f"{n} lines" in line for n in {"PLANES", "TILES"} - names):
+            keep.append(line)
+    return keep
 
 
 def main(argv=None):
@@ -87,15 +122,18 @@ def main(argv=None):
     ap.add_argument("--write", help="decode_table.inc to write")
     ap.add_argument("--json")
     ap.add_argument("--wide", action="store_true", help="the larger search space")
+    ap.add_argument("--families", default="stream,rowblock", help="kernel families to search")
     args = ap.parse_args(argv)
     _native.check(_native.load()[1].pq2_cuda_init())
     env = environment()
     layouts = [(a, int(b)) for a, b in (v.split(":") for v in args.layouts.split(","))]
     entries, rows = tune(args.shapes.split(","), layouts, [int(m) for m in args.ms.split(",")],
-                         args.replays, lambda s: print(s, flush=True), args.wide)
+                         args.replays, lambda s: print(s, flush=True), args.wide,
+                         tuple(args.families.split(",")))
     if args.write:
+        keep = kept_lines(args.write, layouts)
         with open(args.write, "w") as f:
-            f.write(render_table(entries, env))
+            f.write(render_table(entries, env, keep))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"env": env, "rows": rows,

@@ -68,7 +68,7 @@ extern "C" {
 /* PQ2_CDEF_BEGIN */
 
 /* Bumped on any incompatible change of a signature, struct, enum value or layout. */
-#define PQ2_ABI_VERSION 1
+#define PQ2_ABI_VERSION 2
 
 /* Format version written to repacked files as pyq2.format_version. */
 #define PQ2_FORMAT_VERSION 1
@@ -169,16 +169,24 @@ PQ2_API pq2_status pq2_cuda_init(void);
  * bf16 by x_dtype; x 16-byte aligned, rows contiguous. */
 PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t m, int64_t k,
                                         int8_t *q8, float *scales, int32_t *sums, void *stream);
-/* Launch configuration of the small-batch (decode) kernel family. Hosts normally pass NULL and
- * get the dispatcher's choice (a table tuned per shape by tools/tune_decode.py); the tuner and
- * tests pass explicit values. Work is cut into units of 16*rt rows x one 128-group; every warp
- * streams an equal contiguous range of units through a shared-memory ring. */
+/* Launch configuration of the small-batch (decode) kernel families. Hosts normally pass NULL
+ * and get the dispatcher's choice (a table tuned per shape by tools/tune_decode.py); the tuner
+ * and tests pass explicit values. Work is cut into units of 16*rt rows x one 128-group.
+ * family PQ2_DECODE_STREAM: every warp streams an equal contiguous range of units through a
+ *   shared-memory ring (planes and tiles layouts).
+ * family PQ2_DECODE_ROWBLOCK: one block per row block of 16*rt rows, its warps splitting the
+ *   groups, codes loaded straight into registers in batches of `unroll` units (tiles only). */
+#define PQ2_DECODE_STREAM 0
+#define PQ2_DECODE_ROWBLOCK 1
 typedef struct pq2_decode_config {
     int32_t rt;     /* 16-row sub-tiles per unit: 1, 2 or 4 (TILES: must equal the layout's rt) */
-    int32_t warps;  /* warps per block: 1..8 */
-    int32_t unroll; /* units (128-groups) per pipeline stage: 1..8 */
-    int32_t stages; /* depth of each warp's copy ring: 2..8 */
-    int32_t blocks; /* blocks in the grid; 0 = as many as fit on the device at once */
+    int32_t warps;  /* warps per block: 1..8 (STREAM), 1..16 (ROWBLOCK) */
+    int32_t unroll; /* units (128-groups) per pipeline stage / register batch: 1, 2 or 4 */
+    int32_t stages; /* STREAM: depth of each warp's copy ring, 2..8; ROWBLOCK: register batches
+                       in flight, 1 (load then compute) or 2 (the next loads during compute) */
+    int32_t blocks; /* STREAM: blocks in the grid, 0 = as many as fit on the device at once;
+                       ROWBLOCK: must be 0 (one block per row block) */
+    int32_t family; /* PQ2_DECODE_STREAM or PQ2_DECODE_ROWBLOCK */
 } pq2_decode_config;
 
 /* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */

@@ -41,3 +41,16 @@ pq2_status pq2_decode_grid(const char *fn, pq2_decode_config *cfg, int32_t layou
 pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
                              const pq2_decode_config &cfg, int64_t blocks, bool after_kernel,
                              cudaStream_t stream);
+
+// ---- the row-block family (decode_rowblock.cu; TILES only, no workspace beyond the Q8 data) ----
+
+// Shared memory of one row-block launch (the cross-warp reduction).
+size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m);
+pq2_status pq2_rowblock_init_device(const char *fn);
+// PQ2_OK when the row-block family has an instance for cfg with this layout and m, else an error
+// naming the values.
+pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
+                                     int32_t layout_rt, int64_t m);
+// Launches one block per row block (grid = ceil(n / (16*rt))).
+pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, const pq2_decode_config &cfg,
+                               bool after_kernel, cudaStream_t stream);

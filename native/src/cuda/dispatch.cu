@@ -36,6 +36,7 @@ pq2_status device_facts(const char *fn, int *sms, int *max_smem)
                                  "%s: device %d has compute capability %d.%d; pq2 kernels need 8.0 or "
                                  "newer (int8 mma.m16n8k32, cp.async)", fn, dev, major, minor);
         PQ2_CHECK(pq2_decode_init_device(fn, smem));
+        PQ2_CHECK(pq2_rowblock_init_device(fn));
         d.sms = n, d.cc = major * 10 + minor, d.max_smem = smem;
         d.ready.store(1, std::memory_order_release);
     }
@@ -56,12 +57,16 @@ struct tuned_entry {
 
 #define TILES PQ2_LAYOUT_TILES
 #define PLANES PQ2_LAYOUT_PLANES
-#define PQ2_TUNED(layout, m_max, n, k, layout_rt, rt, warps, unroll, stages, blocks) \
-    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks}},
+#define STREAM PQ2_DECODE_STREAM
+#define ROWBLOCK PQ2_DECODE_ROWBLOCK
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks) \
+    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family}},
 const tuned_entry kTable[] = {
 #include "decode_table.inc"
-    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0}}};
+    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0}}};
 #undef PQ2_TUNED
+#undef STREAM
+#undef ROWBLOCK
 #undef TILES
 #undef PLANES
 
@@ -75,6 +80,7 @@ pq2_decode_config fallback_config(const pq2_view &v)
     c.unroll = 2;
     c.stages = 4;
     c.blocks = 0;
+    c.family = PQ2_DECODE_STREAM;
     return c;
 }
 
@@ -102,7 +108,8 @@ workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_decode_con
     w.xs = off, off = align256(off + (size_t)m * v.groups * sizeof(float));
     w.sums = off, off = align256(off + (size_t)m * v.groups * sizeof(int32_t));
     w.counters = off, off = align256(off + (size_t)pq2_decode_row_blocks(v.n, cfg.rt) * sizeof(uint32_t));
-    w.partial = off, off = align256(off + (size_t)2 * blocks * cfg.warps * m * 16 * cfg.rt * sizeof(float));
+    const size_t partial = cfg.family == PQ2_DECODE_STREAM ? (size_t)2 * blocks * cfg.warps * m * 16 * cfg.rt : 0;
+    w.partial = off, off = align256(off + partial * sizeof(float));
     w.total = off;
     return w;
 }
@@ -129,8 +136,16 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     int sms, max_smem;
     PQ2_CHECK(device_facts(fn, &sms, &max_smem));
     *cfg = cfg_in ? *cfg_in : choose_config(*v, m);
-    if (!cfg_in)  // chunks must tile k/128: the dispatcher shrinks its chunk for odd k
+    if (!cfg_in && cfg->family == PQ2_DECODE_STREAM)  // chunks must tile k/128: shrink for odd k
         while (cfg->unroll > 1 && v->groups % cfg->unroll != 0) cfg->unroll /= 2;
+    if (cfg->family == PQ2_DECODE_ROWBLOCK) {
+        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m));
+        *blocks = pq2_decode_row_blocks(v->n, cfg->rt);
+        return PQ2_OK;
+    }
+    if (cfg->family != PQ2_DECODE_STREAM)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config family=%d is not PQ2_DECODE_STREAM (0) or "
+                             "PQ2_DECODE_ROWBLOCK (1)", fn, (int)cfg->family);
     PQ2_CHECK(pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m, v->k, max_smem));
     return pq2_decode_grid(fn, cfg, v->layout, m, v->n, v->k, sms, blocks);
 }
@@ -147,6 +162,7 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
+    if (cfg.family == PQ2_DECODE_ROWBLOCK) return pq2_rowblock_launch(fn, p, cfg, after_kernel, stream);
     return pq2_decode_launch(fn, p, cfg, blocks, after_kernel, stream);
 }
 
