@@ -187,6 +187,9 @@ typedef struct pq2_decode_config {
     int32_t blocks; /* STREAM: blocks in the grid, 0 = as many as fit on the device at once;
                        ROWBLOCK: must be 0 (one block per row block) */
     int32_t family; /* PQ2_DECODE_STREAM or PQ2_DECODE_ROWBLOCK */
+    int32_t prefetch; /* ROWBLOCK (sm_90+): L2 bulk prefetch of the weights, 0 none, 1 each warp's
+                         own units before its first load, 2 also the same units one resident
+                         wave of blocks ahead; STREAM: must be 0 */
 } pq2_decode_config;
 
 /* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */

@@ -31,6 +31,16 @@ __device__ __forceinline__ uint4 ld_stream16(const uint8_t *p)
                  : "l"(p));
     return v;
 }
+// Asks L2 to fetch [p, p + bytes) from memory (16-byte aligned, multiple of 16); no completion.
+__device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 __device__ __forceinline__ uint32_t ld_stream4(const uint32_t *p)
 {
     uint32_t v;
@@ -141,6 +151,20 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     const uint8_t *codes = p.codes + unit0 * (RT * 512) + lane * 16;
     const uint32_t *scales = reinterpret_cast<const uint32_t *>(p.wscales) + unit0 * (RT * 8) + gid;
 
+    if (p.prefetch && lane == 0 && len > 0) {
+        // The whole of this warp's weights (and, mode 2, the same slice of the row block one
+        // resident wave ahead) head for L2 now: the memory queue fills at once instead of one
+        // register batch per warp at a time.
+        const uint8_t *scale_bytes = reinterpret_cast<const uint8_t *>(p.wscales);
+        prefetch_l2(p.codes + unit0 * (RT * 512), (uint32_t)len * (RT * 512));
+        prefetch_l2(scale_bytes + unit0 * (RT * 32), (uint32_t)len * (RT * 32));
+        const int64_t rb_ahead = (int64_t)rb + p.ahead;
+        if (p.prefetch == 2 && rb_ahead < gridDim.x) {
+            const size_t unit_ahead = (size_t)rb_ahead * G + g_begin;
+            prefetch_l2(p.codes + unit_ahead * (RT * 512), (uint32_t)len * (RT * 512));
+            prefetch_l2(scale_bytes + unit_ahead * (RT * 32), (uint32_t)len * (RT * 32));
+        }
+    }
     batch<RT, U> b0, b1;
     if (len > 0) load_batch<RT, U>(b0, codes, scales, min(len, U));
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
@@ -269,6 +293,9 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config stages=%d is not 1 or 2 (row block family: register batches)", fn,
                              (int)cfg.stages);
+    if (cfg.prefetch < 0 || cfg.prefetch > 2)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config prefetch=%d is not 0, 1 or 2", fn,
+                             (int)cfg.prefetch);
     if (cfg.blocks != 0)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config blocks=%d must be 0 for the row block family (one block per row block)",
@@ -285,6 +312,20 @@ pq2_status pq2_rowblock_init_device(const char *fn)
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<R, U, T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
     PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
+    return PQ2_OK;
+}
+
+pq2_status pq2_rowblock_resident(const char *fn, const pq2_decode_config &cfg, int64_t m, int sms,
+                                 int64_t *resident)
+{
+    int per_sm = 0;
+    PQ2_CUDA_TRY(fn, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                         &per_sm, find_rowblock(cfg.rt, cfg.unroll, m, cfg.stages), cfg.warps * 32,
+                         pq2_rowblock_smem(cfg, m)));
+    if (per_sm < 1)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: row-block config warps=%d rt=%d unroll=%d does not fit on an SM",
+                             fn, (int)cfg.warps, (int)cfg.rt, (int)cfg.unroll);
+    *resident = (int64_t)per_sm * sms;
     return PQ2_OK;
 }
 

@@ -59,11 +59,11 @@ struct tuned_entry {
 #define PLANES PQ2_LAYOUT_PLANES
 #define STREAM PQ2_DECODE_STREAM
 #define ROWBLOCK PQ2_DECODE_ROWBLOCK
-#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks) \
-    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family}},
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, prefetch) \
+    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family, prefetch}},
 const tuned_entry kTable[] = {
 #include "decode_table.inc"
-    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0}}};
+    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0}}};
 #undef PQ2_TUNED
 #undef STREAM
 #undef ROWBLOCK
@@ -81,6 +81,7 @@ pq2_decode_config fallback_config(const pq2_view &v)
     c.stages = 4;
     c.blocks = 0;
     c.family = PQ2_DECODE_STREAM;
+    c.prefetch = 0;
     return c;
 }
 
@@ -140,8 +141,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
         while (cfg->unroll > 1 && v->groups % cfg->unroll != 0) cfg->unroll /= 2;
     if (cfg->family == PQ2_DECODE_ROWBLOCK) {
         PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m));
-        *blocks = pq2_decode_row_blocks(v->n, cfg->rt);
-        return PQ2_OK;
+        return pq2_rowblock_resident(fn, *cfg, m, sms, blocks);  // the grid is one block per row block
     }
     if (cfg->family != PQ2_DECODE_STREAM)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config family=%d is not PQ2_DECODE_STREAM (0) or "
@@ -162,6 +162,8 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
+    p.prefetch = cfg.prefetch;
+    p.ahead = (int32_t)blocks;
     if (cfg.family == PQ2_DECODE_ROWBLOCK) return pq2_rowblock_launch(fn, p, cfg, after_kernel, stream);
     return pq2_decode_launch(fn, p, cfg, blocks, after_kernel, stream);
 }
