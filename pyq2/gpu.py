@@ -38,23 +38,20 @@ def _stream_ptr(stream):
     return _native.load()[0].cast("void *", s.cuda_stream)
 
 
-CONFIG_FIELDS = ("rt", "warps", "unroll", "stages", "blocks", "family", "prefetch")
+CONFIG_FIELDS = ("rt", "warps", "unroll", "stages", "blocks", "family")
 FAMILIES = {"stream": 0, "rowblock": 1}  # PQ2_DECODE_STREAM, PQ2_DECODE_ROWBLOCK (pq2.h)
 
 
-def decode_config(rt: int, warps: int, unroll: int, stages: int, blocks: int = 0, family=0,
-                  prefetch: int = 0):
+def decode_config(rt: int, warps: int, unroll: int, stages: int, blocks: int = 0, family=0):
     """A pq2_decode_config (cffi struct) for explicit launches (tuning, tests).
 
     family: 0 / "stream" (shared-memory ring, planes and tiles) or 1 / "rowblock" (one block
-    per row block, tiles only); prefetch: the row-block family's L2 prefetch mode (0, 1, 2); see
-    pq2.h.
+    per row block, tiles only); see pq2.h.
     """
     ffi, _ = _native.load()
     c = ffi.new("pq2_decode_config *")
     c.rt, c.warps, c.unroll, c.stages, c.blocks = rt, warps, unroll, stages, blocks
     c.family = FAMILIES[family] if isinstance(family, str) else family
-    c.prefetch = prefetch
     return c
 
 

@@ -179,7 +179,9 @@ def test_model_shapes(name, layout, rt):
         check_matmul(shape, m, dtype, layout, rt, seed=m)
 
 
-ROWBLOCK_BY_TOKS = {1: (2, 8, 2, 2), 8: (2, 8, 2, 2), 16: (2, 8, 2, 1)}  # a batch of 2 units x rt 2
+# (rt, warps, unroll, stages): register batches of 2 units x rt 2, and the bulk-copy ring
+ROWBLOCK_BY_TOKS = {1: [(2, 8, 2, 2), (2, 8, 1, 4)], 8: [(2, 8, 2, 2), (2, 4, 2, 3)],
+                    16: [(2, 8, 2, 1), (2, 8, 1, 4)]}
 
 
 @pytest.mark.parametrize("name", list(MODEL_SHAPES))
@@ -188,9 +190,9 @@ def test_rowblock_model_shapes(name):
     shape = MODEL_SHAPES[name]
     for m in ALL_M:
         dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
-        rt, warps, unroll, stages = ROWBLOCK_BY_TOKS[1 if m == 1 else 8 if m <= 8 else 16]
-        cfg = decode_config(rt, warps, unroll, stages, 0, "rowblock", m % 3)
-        check_matmul(shape, m, dtype, "tiles", rt, cfg=cfg, seed=m)
+        for rt, warps, unroll, stages in ROWBLOCK_BY_TOKS[1 if m == 1 else 8 if m <= 8 else 16]:
+            cfg = decode_config(rt, warps, unroll, stages, 0, "rowblock")
+            check_matmul(shape, m, dtype, "tiles", rt, cfg=cfg, seed=m)
 
 
 @pytest.mark.parametrize("kind", ["zero", "huge", "outliers"])
@@ -208,12 +210,12 @@ def test_q8_path_close_to_float():
         assert err <= Q8_VS_FLOAT_TOL, f"Q8 vs float rel RMS {err:.3g}"
 
 
-CONFIGS = [(rt, warps, unroll, stages, blocks, 0, 0)
+CONFIGS = [(rt, warps, unroll, stages, blocks, 0)
            for rt in (1, 2, 4) for warps in (1, 3, 8) for unroll in (1, 2, 4)
            for stages in (2, 5) for blocks in (0, 7)]
-ROWBLOCK_CONFIGS = [(rt, warps, unroll, stages, 0, 1, prefetch)
+ROWBLOCK_CONFIGS = [(rt, warps, unroll, stages, 0, 1)
                     for rt in (1, 2, 4) for warps in (1, 3, 16) for unroll in (1, 2, 4)
-                    for stages in (1, 2) for prefetch in (0, 2)]
+                    for stages in (1, 2, 3, 5)]
 
 
 @pytest.mark.parametrize("m", [1, 7, 9, 16])
@@ -221,8 +223,8 @@ def test_every_config(m):
     """Explicit configurations (what the tuner tries) are all correct, or refused clearly."""
     shape = (1000, 2560)
     for layout in ("tiles", "planes"):
-        for rt, warps, unroll, stages, blocks, family, prefetch in CONFIGS + ROWBLOCK_CONFIGS:
-            cfg = decode_config(rt, warps, unroll, stages, blocks, family, prefetch)
+        for rt, warps, unroll, stages, blocks, family in CONFIGS + ROWBLOCK_CONFIGS:
+            cfg = decode_config(rt, warps, unroll, stages, blocks, family)
             try:
                 check_matmul(shape, m, torch.float32, layout, rt if layout == "tiles" else 0,
                              content="random", cfg=cfg, seed=rt + warps)
@@ -239,7 +241,8 @@ def test_deterministic_with_split_rows():
     codes, scales, w = weights(shape, "ternary", "tiles", 4)
     x = activations(8, shape[1], "normal", torch.bfloat16, 1)
     # 24 warps: row blocks split between warps; row-block family: 16 warps reduce in shared memory
-    for cfg in (None, decode_config(4, 8, 2, 4, 3), decode_config(4, 16, 1, 2, 0, "rowblock", 2)):
+    for cfg in (None, decode_config(4, 8, 2, 4, 3), decode_config(4, 16, 1, 2, 0, "rowblock"),
+                decode_config(4, 16, 1, 5, 0, "rowblock")):
         ys = [w.matmul(x, out_dtype=torch.float32, cfg=cfg) for _ in range(3)]
         assert all(torch.equal(ys[0], y) for y in ys[1:])
 
@@ -306,14 +309,12 @@ def test_bad_arguments_return_status():
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "family=2" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 2, 5, "rowblock")))
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "blocks=5" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 3, 0, "rowblock")))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "stages=3" in e.message
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 9, 0, "rowblock")))
+    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "stages=9" in e.message
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 16, 2, 8, 0, "rowblock")))  # 16*8*2*1088 B
+    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "shared memory" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 17, 2, 2, 0, "rowblock")))
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "warps=17" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 2, 0, "rowblock", 3)))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "prefetch=3" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 1, 4, 0, "stream", 1)))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "prefetch=1" in e.message
     pl = weights((1000, 640), "random", "planes", 0)[2]
     e = status_of(lambda: pl.matmul(x, cfg=decode_config(2, 4, 2, 2, 0, "rowblock")))
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "tiles layout only" in e.message

@@ -33,10 +33,10 @@ def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock
     if "stream" in families:
         warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
         for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
-            yield (rt, w, u, s, 0, 0, 0)
+            yield (rt, w, u, s, 0, 0)
     if "rowblock" in families and layout == "tiles":  # one block per row block, tiles only
-        for w, u, s, pf in itertools.product((2, 4, 8, 16), (1, 2), (1, 2), (0, 1, 2)):
-            yield (layout_rt, w, u, s, 0, 1, pf)
+        for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2, 3, 4, 6)):
+            yield (layout_rt, w, u, s, 0, 1)
 
 
 def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "rowblock")):
@@ -83,12 +83,12 @@ def render_table(entries, env, keep=()):
     ]
     lines += [line for line in keep if line.startswith("// ") and "Generated" in line]
     lines += ["//",
-              "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, prefetch)  // us"]
+              "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks)  // us"]
     lines += [line for line in keep if line.startswith("PQ2_TUNED(")]
     for layout, m, n, k, layout_rt, cfg, us in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[4], e[1])):
-        rt, warps, unroll, stages, blocks, family, prefetch = cfg
+        rt, warps, unroll, stages, blocks, family = cfg
         args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt, FAMILY_NAMES[family],
-                                          rt, warps, unroll, stages, blocks, prefetch))
+                                          rt, warps, unroll, stages, blocks))
         lines.append(f"PQ2_TUNED({args})  // {us:.1f} us")
     return "\n".join(lines) + "\n"
 

@@ -175,21 +175,20 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
  * family PQ2_DECODE_STREAM: every warp streams an equal contiguous range of units through a
  *   shared-memory ring (planes and tiles layouts).
  * family PQ2_DECODE_ROWBLOCK: one block per row block of 16*rt rows, its warps splitting the
- *   groups, codes loaded straight into registers in batches of `unroll` units (tiles only). */
+ *   groups in batches of `unroll` units and summing in shared memory (tiles only). */
 #define PQ2_DECODE_STREAM 0
 #define PQ2_DECODE_ROWBLOCK 1
 typedef struct pq2_decode_config {
     int32_t rt;     /* 16-row sub-tiles per unit: 1, 2 or 4 (TILES: must equal the layout's rt) */
     int32_t warps;  /* warps per block: 1..8 (STREAM), 1..16 (ROWBLOCK) */
     int32_t unroll; /* units (128-groups) per pipeline stage / register batch: 1, 2 or 4 */
-    int32_t stages; /* STREAM: depth of each warp's copy ring, 2..8; ROWBLOCK: register batches
-                       in flight, 1 (load then compute) or 2 (the next loads during compute) */
+    int32_t stages; /* STREAM: depth of each warp's copy ring, 2..8; ROWBLOCK: 1 (register
+                       batches: load then compute), 2 (two register batches: the next loads during
+                       compute) or 3..8 (sm_90: a per-warp shared-memory ring of that many slots
+                       filled by bulk copies) */
     int32_t blocks; /* STREAM: blocks in the grid, 0 = as many as fit on the device at once;
                        ROWBLOCK: must be 0 (one block per row block) */
     int32_t family; /* PQ2_DECODE_STREAM or PQ2_DECODE_ROWBLOCK */
-    int32_t prefetch; /* ROWBLOCK (sm_90+): L2 bulk prefetch of the weights, 0 none, 1 each warp's
-                         own units before its first load, 2 also the same units one resident
-                         wave of blocks ahead; STREAM: must be 0 */
 } pq2_decode_config;
 
 /* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */

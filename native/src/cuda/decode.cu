@@ -473,9 +473,6 @@ pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg,
                              fn, (int)cfg.unroll, (long long)(k >> 7));
     if (cfg.stages < 2 || cfg.stages > 8)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config stages=%d is not in 2..8", fn, (int)cfg.stages);
-    if (cfg.prefetch != 0)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config prefetch=%d must be 0 for the stream family",
-                             fn, (int)cfg.prefetch);
     if (cfg.blocks < 0)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config blocks=%d is negative", fn, (int)cfg.blocks);
     const size_t smem = ring_bytes(cfg, layout);

@@ -14,8 +14,6 @@ struct pq2_decode_problem {
     uint32_t *counters;      // arrival counters, one per row block, zero on entry
     int64_t n, k;
     int32_t m, layout, y_dtype;
-    int32_t prefetch;        // row-block family: L2 prefetch mode (pq2_decode_config.prefetch)
-    int32_t ahead;           // row-block family: row blocks one resident wave ahead
 };
 
 // Row blocks (blocks along N) of a configuration: ceil(n / (16 * rt)).
@@ -48,14 +46,12 @@ pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
 
 // Shared memory of one row-block launch (the cross-warp reduction).
 size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m);
-pq2_status pq2_rowblock_init_device(const char *fn);
-// Blocks of cfg resident on the whole device at once (occupancy x SMs).
-pq2_status pq2_rowblock_resident(const char *fn, const pq2_decode_config &cfg, int64_t m, int sms,
-                                 int64_t *resident);
-// PQ2_OK when the row-block family has an instance for cfg with this layout and m, else an error
+pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin);
+// PQ2_OK when the row-block family has an instance for cfg with this layout and m that fits the
+// device (compute capability cc, max_smem bytes of shared memory per block), else an error
 // naming the values.
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                     int32_t layout_rt, int64_t m);
+                                     int32_t layout_rt, int64_t m, int cc, int max_smem);
 // Launches one block per row block (grid = ceil(n / (16*rt))).
 pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, const pq2_decode_config &cfg,
                                bool after_kernel, cudaStream_t stream);

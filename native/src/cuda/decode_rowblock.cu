@@ -14,10 +14,15 @@
 // never stored.
 //
 // Work split: warp w of the block takes groups [w*G/W, (w+1)*G/W) of row block blockIdx.x,
-// contiguous in the tile-major stream, in batches of U units (the last one shorter). STAGES 2:
-// the next batch's codes and scales load while the current one computes (two register sets);
-// STAGES 1: load, then compute. The first batch's loads are issued before the programmatic-
-// dependent-launch wait, so weight streaming overlaps the quantiser.
+// contiguous in the tile-major stream, in batches of U units (the last one shorter). How the
+// weight bytes reach the warp is the `stages` of the configuration:
+//   1  register batches: load a batch (16-byte loads), then compute it;
+//   2  two register batches: the next batch loads while this one computes;
+//   3+ (sm_90) a per-warp shared-memory ring of `stages` slots of U units, each filled by two bulk
+//      copies (cp.async.bulk: one instruction per slot, completion on an mbarrier), so up to
+//      stages*U*RT*544 bytes per warp are in flight whatever the register budget.
+// The first loads are issued before the programmatic-dependent-launch wait, so weight
+// streaming overlaps the quantiser.
 #include "decode.cuh"
 
 namespace {
@@ -31,21 +36,63 @@ __device__ __forceinline__ uint4 ld_stream16(const uint8_t *p)
                  : "l"(p));
     return v;
 }
-// Asks L2 to fetch [p, p + bytes) from memory (16-byte aligned, multiple of 16); no completion.
-__device__ __forceinline__ void prefetch_l2(const void *p, uint32_t bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-    (void)p, (void)bytes;
-#endif
-}
-
 __device__ __forceinline__ uint32_t ld_stream4(const uint32_t *p)
 {
     uint32_t v;
     asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
     return v;
+}
+
+// ---- sm_90 bulk copies and mbarriers (the shared-memory ring) ---------------------------------
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void mbar_init(uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// Arms the barrier for `bytes` of bulk copies and copies [src, src+bytes0) and [src1, ...).
+__device__ __forceinline__ void bulk_copy2(uint64_t *bar, void *dst0, const void *src0, uint32_t bytes0,
+                                           void *dst1, const void *src1, uint32_t bytes1)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    const uint32_t b = smem_u32(bar);
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b), "r"(bytes0 + bytes1) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_u32(dst0)), "l"(src0), "r"(bytes0), "r"(b) : "memory");
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+                 ::"r"(smem_u32(dst1)), "l"(src1), "r"(bytes1), "r"(b) : "memory");
+#else
+    (void)bar, (void)dst0, (void)src0, (void)bytes0, (void)dst1, (void)src1, (void)bytes1;
+#endif
+}
+
+// Waits until the barrier's phase `parity` has completed (its bytes have landed).
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "{\n"
+        ".reg .pred done;\n"
+        "WAIT:\n"
+        "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+        "@!done bra WAIT;\n"
+        "}\n" ::"r"(smem_u32(bar)), "r"(parity) : "memory");
+#else
+    (void)bar, (void)parity;
+#endif
+}
+
+// Orders this thread's earlier shared-memory reads before later bulk copies into the same bytes.
+__device__ __forceinline__ void fence_proxy_async()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+#endif
 }
 
 // The weight bytes of up to U units for one lane: per sub-tile its 16 code bytes and the scale
@@ -80,101 +127,97 @@ struct act_ptrs {
     const int32_t *sums[NT][NJ];
 };
 
+// Accumulates one unit (group g; the lane's code bytes w[r] and scale words sc[r] of its RT
+// sub-tiles) into acc.
+template <int RT, int NT, int TOKS>
+__device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&sc)[RT], int g,
+                                         const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, float (&acc)[RT][NT][4])
+{
+    constexpr int NJ = TOKS == 1 ? 1 : 2;
+    uint2 bq[NT][4];
+    float xs[NT][NJ];
+    int ns[NT][NJ];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + g * 128 + s * 32));
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            xs[nt][j] = __ldg(A.xs[nt][j] + g) * (1.0f / 64.0f);
+            ns[nt][j] = -__ldg(A.sums[nt][j] + g);
+        }
+    }
+#pragma unroll
+    for (int r = 0; r < RT; ++r) {
+        const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
+        // A fragment registers: {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7}.
+        const uint32_t a0[4] = {pq2_plane<0>(w[r].x), pq2_plane<0>(w[r].z), pq2_plane<0>(w[r].y), pq2_plane<0>(w[r].w)};
+        const uint32_t a1[4] = {pq2_plane<1>(w[r].x), pq2_plane<1>(w[r].z), pq2_plane<1>(w[r].y), pq2_plane<1>(w[r].w)};
+        const uint32_t a2[4] = {pq2_plane<2>(w[r].x), pq2_plane<2>(w[r].z), pq2_plane<2>(w[r].y), pq2_plane<2>(w[r].w)};
+        const uint32_t a3[4] = {pq2_plane<3>(w[r].x), pq2_plane<3>(w[r].z), pq2_plane<3>(w[r].y), pq2_plane<3>(w[r].w)};
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+            const int zero[4] = {0, 0, 0, 0};
+            const int init[4] = {ns[nt][0], ns[nt][NJ - 1], ns[nt][0], ns[nt][NJ - 1]};
+            int d0[4], d1[4], d2[4], d3[4];
+            pq2_mma_u8s8(d0, a0, bq[nt][0].x, bq[nt][0].y, init);
+            pq2_mma_u8s8(d1, a1, bq[nt][1].x, bq[nt][1].y, zero);
+            pq2_mma_u8s8(d2, a2, bq[nt][2].x, bq[nt][2].y, zero);
+            pq2_mma_u8s8(d3, a3, bq[nt][3].x, bq[nt][3].y, zero);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (TOKS == 1 && (j & 1)) continue;  // m == 1: column 2tq only
+                const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j];
+                const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][NJ == 1 ? 0 : (j & 1)];
+                acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
+            }
+        }
+    }
+}
+
 // Accumulates units [0, n) of batch b (groups g0, g0+1, ...) into acc.
 template <int RT, int U, int NT, int TOKS>
 __device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int n,
                                               const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A,
                                               float (&acc)[RT][NT][4])
 {
-    constexpr int NJ = TOKS == 1 ? 1 : 2;
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         if (u >= n) break;
-        const int g = g0 + u;
-        uint2 bq[NT][4];
-        float xs[NT][NJ];
-        int ns[NT][NJ];
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-            for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + g * 128 + s * 32));
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                xs[nt][j] = __ldg(A.xs[nt][j] + g) * (1.0f / 64.0f);
-                ns[nt][j] = -__ldg(A.sums[nt][j] + g);
-            }
-        }
-#pragma unroll
-        for (int r = 0; r < RT; ++r) {
-            const uint4 w = b.codes[u][r];
-            const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&b.scales[u][r]));
-            // A fragment registers: {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7}.
-            const uint32_t a0[4] = {pq2_plane<0>(w.x), pq2_plane<0>(w.z), pq2_plane<0>(w.y), pq2_plane<0>(w.w)};
-            const uint32_t a1[4] = {pq2_plane<1>(w.x), pq2_plane<1>(w.z), pq2_plane<1>(w.y), pq2_plane<1>(w.w)};
-            const uint32_t a2[4] = {pq2_plane<2>(w.x), pq2_plane<2>(w.z), pq2_plane<2>(w.y), pq2_plane<2>(w.w)};
-            const uint32_t a3[4] = {pq2_plane<3>(w.x), pq2_plane<3>(w.z), pq2_plane<3>(w.y), pq2_plane<3>(w.w)};
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const int zero[4] = {0, 0, 0, 0};
-                const int init[4] = {ns[nt][0], ns[nt][NJ - 1], ns[nt][0], ns[nt][NJ - 1]};
-                int d0[4], d1[4], d2[4], d3[4];
-                pq2_mma_u8s8(d0, a0, bq[nt][0].x, bq[nt][0].y, init);
-                pq2_mma_u8s8(d1, a1, bq[nt][1].x, bq[nt][1].y, zero);
-                pq2_mma_u8s8(d2, a2, bq[nt][2].x, bq[nt][2].y, zero);
-                pq2_mma_u8s8(d3, a3, bq[nt][3].x, bq[nt][3].y, zero);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    if (TOKS == 1 && (j & 1)) continue;  // m == 1: column 2tq only
-                    const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j];
-                    const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][NJ == 1 ? 0 : (j & 1)];
-                    acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
-                }
-            }
-        }
+        unit_mma<RT, NT, TOKS>(b.codes[u], b.scales[u], g0 + u, A, acc);
     }
 }
 
-template <int RT, int U, int TOKS, int STAGES>
-__global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
+// This warp's share of the block's row block: groups [g_begin, g_begin + len).
+struct warp_split {
+    int g_begin, len;
+    size_t unit0;  // flat unit index of its first unit
+};
+
+__device__ __forceinline__ warp_split split_of(int G, int warp, int warps)
 {
-    extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
-    constexpr int NT = TOKS > 8 ? 2 : 1;
-    constexpr int NJ = TOKS == 1 ? 1 : 2;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
-    const int gid = lane >> 2, tq = lane & 3;
-    const int G = (int)(p.k >> 7);
-    const int rb = blockIdx.x;
-    const int g_begin = (int)((int64_t)warp * G / warps), g_end = (int)((int64_t)(warp + 1) * G / warps);
-    const int len = g_end - g_begin;
+    warp_split w;
+    w.g_begin = (int)((int64_t)warp * G / warps);
+    w.len = (int)((int64_t)(warp + 1) * G / warps) - w.g_begin;
+    w.unit0 = (size_t)blockIdx.x * G + w.g_begin;
+    return w;
+}
 
-    const size_t unit0 = (size_t)rb * G + g_begin;
-    const uint8_t *codes = p.codes + unit0 * (RT * 512) + lane * 16;
-    const uint32_t *scales = reinterpret_cast<const uint32_t *>(p.wscales) + unit0 * (RT * 8) + gid;
-
-    if (p.prefetch && lane == 0 && len > 0) {
-        // The whole of this warp's weights (and, mode 2, the same slice of the row block one
-        // resident wave ahead) head for L2 now: the memory queue fills at once instead of one
-        // register batch per warp at a time.
-        const uint8_t *scale_bytes = reinterpret_cast<const uint8_t *>(p.wscales);
-        prefetch_l2(p.codes + unit0 * (RT * 512), (uint32_t)len * (RT * 512));
-        prefetch_l2(scale_bytes + unit0 * (RT * 32), (uint32_t)len * (RT * 32));
-        const int64_t rb_ahead = (int64_t)rb + p.ahead;
-        if (p.prefetch == 2 && rb_ahead < gridDim.x) {
-            const size_t unit_ahead = (size_t)rb_ahead * G + g_begin;
-            prefetch_l2(p.codes + unit_ahead * (RT * 512), (uint32_t)len * (RT * 512));
-            prefetch_l2(scale_bytes + unit_ahead * (RT * 32), (uint32_t)len * (RT * 32));
-        }
-    }
-    batch<RT, U> b0, b1;
-    if (len > 0) load_batch<RT, U>(b0, codes, scales, min(len, U));
+__device__ __forceinline__ void pdl_wait()
+{
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // Launched as a programmatic dependent of the quantiser: the loads above overlap it; the
-    // activations are read and y written only after this wait. The next call's quantiser may
-    // launch now (it waits for this grid before touching anything).
+    // Launched as a programmatic dependent of the quantiser: the weight loads issued before this
+    // overlap it; activations are read and y written only after it. The next call's quantiser
+    // may launch now (it waits for this grid before touching anything).
     asm volatile("griddepcontrol.launch_dependents;");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
+}
 
+template <int NT, int NJ>
+__device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &p, int G, int lane)
+{
+    const int gid = lane >> 2, tq = lane & 3;
     act_ptrs<NT, NJ> A;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -186,16 +229,72 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             A.sums[nt][j] = p.sums + (size_t)tok * G;
         }
     }
+    return A;
+}
 
-    float acc[RT][NT][4];
+// Sums the warps' accumulators in warp order (deterministic) through `red` (shared memory,
+// warps * RT * NT * 128 floats, free for this use) and stores the row block's outputs.
+template <int RT, int NT, int TOKS>
+__device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float *red, int warp, int warps,
+                                             int lane, const float (&acc)[RT][NT][4])
+{
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                if (TOKS == 1 && (j & 1)) continue;
+                red[(((warp * RT + r) * NT + nt) * 4 + j) * 32 + lane] = acc[r][nt][j];
+            }
+    __syncthreads();
+    constexpr int TR = 16 * RT;
+    const int outputs = TR * p.m;
+    for (int e = threadIdx.x; e < outputs; e += blockDim.x) {
+        const int tok = e / TR, row = e - tok * TR;
+        const int64_t n_row = (int64_t)blockIdx.x * TR + row;
+        if (n_row >= p.n) continue;
+        // Where C element (row, tok) lives: sub-tile r, lane (gid, tq), register j.
+        const int r = row >> 4, rr = row & 15, nt = tok >> 3, c = tok & 7;
+        const int src = ((r * NT + nt) * 4 + (rr >> 3) * 2 + (c & 1)) * 32 + (rr & 7) * 4 + (c >> 1);
+        float v = 0.0f;
+        for (int w = 0; w < warps; ++w) v += red[w * (RT * NT * 128) + src];
+        pq2_store_from_f32(p.y, (size_t)tok * p.n + n_row, p.y_dtype, v);
+    }
+}
+
+template <int RT, int NT>
+__device__ __forceinline__ void zero_acc(float (&acc)[RT][NT][4])
+{
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[r][nt][j] = 0.0f;
+}
 
-    constexpr int kBatchCodes = U * RT * 512, kBatchScales = U * RT * 8;
+// stages 1 and 2: register batches.
+template <int RT, int U, int TOKS, int STAGES>
+__global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
+{
+    extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
+    constexpr int NT = TOKS > 8 ? 2 : 1;
+    constexpr int NJ = TOKS == 1 ? 1 : 2;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int G = (int)(p.k >> 7);
+    const warp_split ws = split_of(G, warp, warps);
+    const int g_begin = ws.g_begin, len = ws.len;
+    const uint8_t *codes = p.codes + ws.unit0 * (RT * 512) + lane * 16;
+    const uint32_t *scales = reinterpret_cast<const uint32_t *>(p.wscales) + ws.unit0 * (RT * 8) + (lane >> 2);
+
+    batch<RT, U> b0, b1;
+    if (len > 0) load_batch<RT, U>(b0, codes, scales, min(len, U));
+    pdl_wait();
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
+    float acc[RT][NT][4];
+    zero_acc(acc);
+
     if constexpr (STAGES == 1) {
         for (int i = 0; i < len; i += U) {
             if (i > 0) load_batch<RT, U>(b0, codes + (size_t)i * (RT * 512), scales + i * (RT * 8), min(len - i, U));
@@ -214,32 +313,84 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
         }
     }
-    (void)kBatchCodes, (void)kBatchScales;
+    reduce_store<RT, NT, TOKS>(p, red, warp, warps, lane, acc);
+}
 
-    // Reduction over the block's warps in warp order (deterministic).
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                if (TOKS == 1 && (j & 1)) continue;
-                red[(((warp * RT + r) * NT + nt) * 4 + j) * 32 + lane] = acc[r][nt][j];
-            }
-    __syncthreads();
-    constexpr int TR = 16 * RT;
-    const int outputs = TR * p.m;
-    for (int e = threadIdx.x; e < outputs; e += blockDim.x) {
-        const int tok = e / TR, row = e - tok * TR;
-        const int64_t n_row = (int64_t)rb * TR + row;
-        if (n_row >= p.n) continue;
-        // Where C element (row, tok) lives: sub-tile r, lane (gid, tq), register j.
-        const int r = row >> 4, rr = row & 15, nt = tok >> 3, c = tok & 7;
-        const int src = ((r * NT + nt) * 4 + (rr >> 3) * 2 + (c & 1)) * 32 + (rr & 7) * 4 + (c >> 1);
-        float v = 0.0f;
-        for (int w = 0; w < warps; ++w) v += red[w * (RT * NT * 128) + src];
-        pq2_store_from_f32(p.y, (size_t)tok * p.n + n_row, p.y_dtype, v);
+// Bytes of one ring slot: U units of RT sub-tiles, 512 code bytes + 32 scale bytes each.
+template <int RT, int U>
+struct ring_slot {
+    static constexpr int kCodes = U * RT * 512;
+    static constexpr int kBytes = U * RT * 544;
+};
+
+// Slot i of a warp's sequence: units [i*U, min(len, i*U+U)) into ring slot i % stages.
+template <int RT, int U>
+__device__ __forceinline__ void issue_slot(uint8_t *ring, uint64_t *bars, int stages, int i, int len,
+                                           const uint8_t *src_codes, const uint8_t *src_scales)
+{
+    using slot = ring_slot<RT, U>;
+    const int n = min(U, len - i * U);
+    const int s = i % stages;
+    uint8_t *dst = ring + s * slot::kBytes;
+    bulk_copy2(bars + s, dst, src_codes + (size_t)i * slot::kCodes, (uint32_t)n * (RT * 512),
+               dst + slot::kCodes, src_scales + (size_t)i * (U * RT * 32), (uint32_t)n * (RT * 32));
+}
+
+// stages >= 3 (sm_90): per-warp shared-memory ring filled by bulk copies. Shared memory:
+// [warp][slot] slots, then [warp][slot] mbarriers; the reduction reuses the slots at the end.
+template <int RT, int U, int TOKS>
+__global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_problem p, int stages)
+{
+    extern __shared__ __align__(128) uint8_t smem[];
+    constexpr int NT = TOKS > 8 ? 2 : 1;
+    constexpr int NJ = TOKS == 1 ? 1 : 2;
+    using slot = ring_slot<RT, U>;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int G = (int)(p.k >> 7);
+    const warp_split ws = split_of(G, warp, warps);
+    const int len = ws.len, n_slots = (len + U - 1) / U;
+    uint8_t *ring = smem + (size_t)warp * stages * slot::kBytes;
+    uint64_t *bars = reinterpret_cast<uint64_t *>(smem + (size_t)warps * stages * slot::kBytes) + warp * stages;
+    const uint8_t *src_codes = p.codes + ws.unit0 * (RT * 512);
+    const uint8_t *src_scales = reinterpret_cast<const uint8_t *>(p.wscales) + ws.unit0 * (RT * 32);
+
+    if (lane == 0) {
+        for (int s = 0; s < stages; ++s) mbar_init(bars + s);
+        for (int i = 0; i < min(stages, n_slots); ++i)
+            issue_slot<RT, U>(ring, bars, stages, i, len, src_codes, src_scales);
     }
+    __syncwarp();
+    pdl_wait();
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
+    float acc[RT][NT][4];
+    zero_acc(acc);
+
+    const int gid = lane >> 2;
+    for (int i = 0; i < n_slots; ++i) {
+        const int s = i % stages;
+        mbar_wait(bars + s, (uint32_t)(i / stages) & 1u);
+        const uint8_t *st = ring + s * slot::kBytes;
+        const int n = min(U, len - i * U);
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (u >= n) break;
+            uint4 w[RT];
+            uint32_t sc[RT];
+#pragma unroll
+            for (int r = 0; r < RT; ++r) {
+                w[r] = *reinterpret_cast<const uint4 *>(st + (u * RT + r) * 512 + lane * 16);
+                sc[r] = *reinterpret_cast<const uint32_t *>(st + slot::kCodes + (u * RT + r) * 32 + gid * 4);
+            }
+            unit_mma<RT, NT, TOKS>(w, sc, ws.g_begin + i * U + u, A, acc);
+        }
+        // Refill the slot just read: every lane's reads of it are done (and ordered before the
+        // bulk copy's writes) before lane 0 issues it.
+        fence_proxy_async();
+        __syncwarp();
+        if (lane == 0 && i + stages < n_slots) issue_slot<RT, U>(ring, bars, stages, i + stages, len, src_codes, src_scales);
+    }
+    __syncthreads();  // every warp is done with its ring: reuse it for the reduction
+    reduce_store<RT, NT, TOKS>(p, reinterpret_cast<float *>(smem), warp, warps, lane, acc);
 }
 
 // ---- instances ------------------------------------------------------------------------------
@@ -254,11 +405,21 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     PQ2_ROWBLOCK_ALL_TOKS(X, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, 1, 2) PQ2_ROWBLOCK_LEAN_16(X, 1, 4) \
     PQ2_ROWBLOCK_LEAN_16(X, 2, 1) PQ2_ROWBLOCK_LEAN_16(X, 2, 2) PQ2_ROWBLOCK_TO_8(X, 4, 1)
 
+// The ring kernels (stages >= 3): RT x U (units per slot) x TOKS, slots of at most 4 sub-tiles;
+// rt 4 serves m <= 8 (spills at 16).
+#define PQ2_RING_TOKS(X, R, U) X(R, U, 1) X(R, U, 8) X(R, U, 16)
+#define PQ2_RING_INSTANCES(X)                                                                   \
+    PQ2_RING_TOKS(X, 1, 1) PQ2_RING_TOKS(X, 1, 2) PQ2_RING_TOKS(X, 1, 4) PQ2_RING_TOKS(X, 2, 1) \
+    PQ2_RING_TOKS(X, 2, 2) X(4, 1, 1) X(4, 1, 8)
+
 using rowblock_fn = void (*)(const pq2_decode_problem);
+using ring_fn = void (*)(const pq2_decode_problem, int);
+
+int toks_of(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
 
 rowblock_fn find_rowblock(int32_t rt, int32_t unroll, int64_t m, int32_t stages)
 {
-    const int toks = m == 1 ? 1 : m <= 8 ? 8 : 16;
+    const int toks = toks_of(m);
 #define PQ2_MATCH(R, U, T, S) \
     if (rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<R, U, T, S>;
     PQ2_ROWBLOCK_INSTANCES(PQ2_MATCH)
@@ -266,16 +427,35 @@ rowblock_fn find_rowblock(int32_t rt, int32_t unroll, int64_t m, int32_t stages)
     return nullptr;
 }
 
+ring_fn find_ring(int32_t rt, int32_t unroll, int64_t m)
+{
+    const int toks = toks_of(m);
+#define PQ2_MATCH(R, U, T) \
+    if (rt == (R) && unroll == (U) && toks == (T)) return rowblock_ring_kernel<R, U, T>;
+    PQ2_RING_INSTANCES(PQ2_MATCH)
+#undef PQ2_MATCH
+    return nullptr;
+}
+
+bool has_instance(const pq2_decode_config &cfg, int64_t m)
+{
+    return cfg.stages >= 3 ? find_ring(cfg.rt, cfg.unroll, m) != nullptr
+                           : find_rowblock(cfg.rt, cfg.unroll, m, cfg.stages) != nullptr;
+}
+
 }  // namespace
 
 size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m)
 {
     const int nt = m > 8 ? 2 : 1;
-    return (size_t)cfg.warps * cfg.rt * nt * 128 * sizeof(float);
+    const size_t red = (size_t)cfg.warps * cfg.rt * nt * 128 * sizeof(float);
+    if (cfg.stages < 3) return red;
+    const size_t ring = (size_t)cfg.warps * cfg.stages * (cfg.unroll * cfg.rt * 544 + sizeof(uint64_t));
+    return ring > red ? ring : red;
 }
 
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                     int32_t layout_rt, int64_t m)
+                                     int32_t layout_rt, int64_t m, int cc, int max_smem)
 {
     if (layout != PQ2_LAYOUT_TILES)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: config family=%d (row block) reads the tiles layout only",
@@ -289,43 +469,42 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
                              fn, (int)cfg.warps);
     if (cfg.unroll != 1 && cfg.unroll != 2 && cfg.unroll != 4)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config unroll=%d is not 1, 2 or 4", fn, (int)cfg.unroll);
-    if (cfg.stages != 1 && cfg.stages != 2)
+    if (cfg.stages < 1 || cfg.stages > 8)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: config stages=%d is not 1 or 2 (row block family: register batches)", fn,
-                             (int)cfg.stages);
-    if (cfg.prefetch < 0 || cfg.prefetch > 2)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config prefetch=%d is not 0, 1 or 2", fn,
-                             (int)cfg.prefetch);
+                             "%s: config stages=%d is not in 1..8 (row block family: 1-2 register batches, "
+                             "3-8 shared-memory ring slots)", fn, (int)cfg.stages);
     if (cfg.blocks != 0)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config blocks=%d must be 0 for the row block family (one block per row block)",
                              fn, (int)cfg.blocks);
-    if (!find_rowblock(cfg.rt, cfg.unroll, m, cfg.stages))
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: no compiled row-block kernel for rt=%d unroll=%d m=%lld",
-                             fn, (int)cfg.rt, (int)cfg.unroll, (long long)m);
+    if (cfg.stages >= 3 && cc < 90)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                             "%s: config stages=%d (bulk-copy ring) needs compute capability 9.0; this device "
+                             "has %d.%d (use stages 1 or 2)", fn, (int)cfg.stages, cc / 10, cc % 10);
+    const size_t smem = pq2_rowblock_smem(cfg, m);
+    if (smem > (size_t)max_smem)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                             "%s: config warps=%d unroll=%d stages=%d rt=%d needs %zu bytes of shared "
+                             "memory per block; the device allows %d",
+                             fn, (int)cfg.warps, (int)cfg.unroll, (int)cfg.stages, (int)cfg.rt, smem, max_smem);
+    if (!has_instance(cfg, m))
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                             "%s: no compiled row-block kernel for rt=%d unroll=%d stages=%d m=%lld", fn,
+                             (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages, (long long)m);
     return PQ2_OK;
 }
 
-pq2_status pq2_rowblock_init_device(const char *fn)
+pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
 #define PQ2_ATTR(R, U, T, S) \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<R, U, T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
     PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
-    return PQ2_OK;
-}
-
-pq2_status pq2_rowblock_resident(const char *fn, const pq2_decode_config &cfg, int64_t m, int sms,
-                                 int64_t *resident)
-{
-    int per_sm = 0;
-    PQ2_CUDA_TRY(fn, cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                         &per_sm, find_rowblock(cfg.rt, cfg.unroll, m, cfg.stages), cfg.warps * 32,
-                         pq2_rowblock_smem(cfg, m)));
-    if (per_sm < 1)
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: row-block config warps=%d rt=%d unroll=%d does not fit on an SM",
-                             fn, (int)cfg.warps, (int)cfg.rt, (int)cfg.unroll);
-    *resident = (int64_t)per_sm * sms;
+#define PQ2_ATTR(R, U, T)                                                                                       \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin)); \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+    PQ2_RING_INSTANCES(PQ2_ATTR)
+#undef PQ2_ATTR
     return PQ2_OK;
 }
 
@@ -348,6 +527,9 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
         lc.attrs = attr;
         lc.numAttrs = 1;
     }
-    PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, find_rowblock(cfg.rt, cfg.unroll, p.m, cfg.stages), p));
+    if (cfg.stages >= 3)
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
+    else
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, find_rowblock(cfg.rt, cfg.unroll, p.m, cfg.stages), p));
     return pq2_launch_status(fn);
 }

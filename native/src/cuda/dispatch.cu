@@ -17,7 +17,7 @@ struct device_info {
 };
 device_info g_dev[kMaxDevices];
 
-pq2_status device_facts(const char *fn, int *sms, int *max_smem)
+pq2_status device_facts(const char *fn, int *sms, int *max_smem, int *cc = nullptr)
 {
     int dev = 0;
     PQ2_CUDA_TRY(fn, cudaGetDevice(&dev));
@@ -36,12 +36,13 @@ pq2_status device_facts(const char *fn, int *sms, int *max_smem)
                                  "%s: device %d has compute capability %d.%d; pq2 kernels need 8.0 or "
                                  "newer (int8 mma.m16n8k32, cp.async)", fn, dev, major, minor);
         PQ2_CHECK(pq2_decode_init_device(fn, smem));
-        PQ2_CHECK(pq2_rowblock_init_device(fn));
+        PQ2_CHECK(pq2_rowblock_init_device(fn, smem));
         d.sms = n, d.cc = major * 10 + minor, d.max_smem = smem;
         d.ready.store(1, std::memory_order_release);
     }
     *sms = d.sms;
     *max_smem = d.max_smem;
+    if (cc) *cc = d.cc;
     return PQ2_OK;
 }
 
@@ -59,11 +60,11 @@ struct tuned_entry {
 #define PLANES PQ2_LAYOUT_PLANES
 #define STREAM PQ2_DECODE_STREAM
 #define ROWBLOCK PQ2_DECODE_ROWBLOCK
-#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, prefetch) \
-    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family, prefetch}},
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks) \
+    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family}},
 const tuned_entry kTable[] = {
 #include "decode_table.inc"
-    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0}}};
+    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0}}};
 #undef PQ2_TUNED
 #undef STREAM
 #undef ROWBLOCK
@@ -81,7 +82,6 @@ pq2_decode_config fallback_config(const pq2_view &v)
     c.stages = 4;
     c.blocks = 0;
     c.family = PQ2_DECODE_STREAM;
-    c.prefetch = 0;
     return c;
 }
 
@@ -134,14 +134,15 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: y_dtype=%d is not f32 (0), f16 (1) or bf16 (2)",
                              fn, (int)y_dtype);
     PQ2_CHECK_ALIGN(fn, w->data, 16);
-    int sms, max_smem;
-    PQ2_CHECK(device_facts(fn, &sms, &max_smem));
+    int sms, max_smem, cc;
+    PQ2_CHECK(device_facts(fn, &sms, &max_smem, &cc));
     *cfg = cfg_in ? *cfg_in : choose_config(*v, m);
     if (!cfg_in && cfg->family == PQ2_DECODE_STREAM)  // chunks must tile k/128: shrink for odd k
         while (cfg->unroll > 1 && v->groups % cfg->unroll != 0) cfg->unroll /= 2;
     if (cfg->family == PQ2_DECODE_ROWBLOCK) {
-        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m));
-        return pq2_rowblock_resident(fn, *cfg, m, sms, blocks);  // the grid is one block per row block
+        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, cc, max_smem));
+        *blocks = pq2_decode_row_blocks(v->n, cfg->rt);
+        return PQ2_OK;
     }
     if (cfg->family != PQ2_DECODE_STREAM)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config family=%d is not PQ2_DECODE_STREAM (0) or "
@@ -162,8 +163,6 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
-    p.prefetch = cfg.prefetch;
-    p.ahead = (int32_t)blocks;
     if (cfg.family == PQ2_DECODE_ROWBLOCK) return pq2_rowblock_launch(fn, p, cfg, after_kernel, stream);
     return pq2_decode_launch(fn, p, cfg, blocks, after_kernel, stream);
 }
