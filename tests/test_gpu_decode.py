@@ -179,9 +179,9 @@ def test_model_shapes(name, layout, rt):
         check_matmul(shape, m, dtype, layout, rt, seed=m)
 
 
-# (rt, warps, unroll, stages): register batches and the bulk-copy ring
-ROWBLOCK_BY_TOKS = {1: [(2, 8, 1, 2), (2, 4, 2, 1), (2, 8, 1, 4)], 8: [(2, 8, 1, 2), (2, 4, 2, 3)],
-                    16: [(2, 8, 1, 1)]}
+# (rt, warps, unroll, stages): register batches of 2 units x rt 2, and the bulk-copy ring
+ROWBLOCK_BY_TOKS = {1: [(2, 8, 2, 2), (2, 8, 1, 4)], 8: [(2, 8, 2, 2), (2, 4, 2, 3)],
+                    16: [(2, 8, 2, 1), (2, 8, 1, 4)]}
 
 
 @pytest.mark.parametrize("name", list(MODEL_SHAPES))
@@ -241,7 +241,7 @@ def test_deterministic_with_split_rows():
     codes, scales, w = weights(shape, "ternary", "tiles", 4)
     x = activations(8, shape[1], "normal", torch.bfloat16, 1)
     # 24 warps: row blocks split between warps; row-block family: 16 warps reduce in shared memory
-    for cfg in (None, decode_config(4, 8, 2, 4, 3), decode_config(4, 16, 1, 1, 0, "rowblock"),
+    for cfg in (None, decode_config(4, 8, 2, 4, 3), decode_config(4, 16, 1, 2, 0, "rowblock"),
                 decode_config(4, 16, 1, 5, 0, "rowblock")):
         ys = [w.matmul(x, out_dtype=torch.float32, cfg=cfg) for _ in range(3)]
         assert all(torch.equal(ys[0], y) for y in ys[1:])

@@ -95,54 +95,18 @@ __device__ __forceinline__ void fence_proxy_async()
 #endif
 }
 
-// Per-lane activation addressing: B fragments of token min(nt*8+gid, m-1) and d_x, sums of the
-// tokens of this lane's C columns, min(nt*8+2tq+j, m-1).
-template <int NT, int NJ>
-struct act_ptrs {
-    const int8_t *q[NT];       // + tq*8
-    const float *xs[NT][NJ];   // [g]
-    const int32_t *sums[NT][NJ];
-};
-
-// One unit's activations in registers: the four B fragments per token block, d_x/64 and
-// -sum(q) of the lane's C columns.
-template <int NT, int NJ>
-struct unit_act {
-    uint2 q[NT][4];
-    float xs[NT][NJ];
-    int ns[NT][NJ];
-};
-
-template <int NT, int NJ>
-__device__ __forceinline__ void load_act(unit_act<NT, NJ> &a, const act_ptrs<NT, NJ> &A, int g)
-{
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-        for (int s = 0; s < 4; ++s) a.q[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + g * 128 + s * 32));
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-            a.xs[nt][j] = __ldg(A.xs[nt][j] + g) * (1.0f / 64.0f);
-            a.ns[nt][j] = -__ldg(A.sums[nt][j] + g);
-        }
-    }
-}
-
-// Up to U units for one lane: per sub-tile its 16 code bytes and the scale word of rows gid (low
-// half) and gid+8 (high half), and per unit its activations. Weights and activations of a batch
-// are loaded together: one memory round trip per batch.
-template <int RT, int U, int NT, int NJ>
+// The weight bytes of up to U units for one lane: per sub-tile its 16 code bytes and the scale
+// word of rows gid (low half) and gid+8 (high half).
+template <int RT, int U>
 struct batch {
     uint4 codes[U][RT];
     uint32_t scales[U][RT];
-    unit_act<NT, NJ> act[U];
 };
 
-// Loads the weights of units [0, n) of a batch starting at unit pointer `codes` (already +
-// lane*16) and scale word pointer `scales` (already + gid). Units are RT*512 code bytes and RT*8
-// scale words apart.
-template <int RT, int U, int NT, int NJ>
-__device__ __forceinline__ void load_weights(batch<RT, U, NT, NJ> &b, const uint8_t *codes, const uint32_t *scales, int n)
+// Loads units [0, n) of a batch starting at unit pointer `codes` (already + lane*16) and scale
+// word pointer `scales` (already + gid). Units are RT*512 code bytes and RT*8 scale words apart.
+template <int RT, int U>
+__device__ __forceinline__ void load_batch(batch<RT, U> &b, const uint8_t *codes, const uint32_t *scales, int n)
 {
 #pragma unroll
     for (int u = 0; u < U; ++u)
@@ -154,22 +118,35 @@ __device__ __forceinline__ void load_weights(batch<RT, U, NT, NJ> &b, const uint
             }
 }
 
-// Loads the activations of units [0, n) of a batch (groups g0, g0+1, ...).
-template <int RT, int U, int NT, int NJ>
-__device__ __forceinline__ void load_acts(batch<RT, U, NT, NJ> &b, const act_ptrs<NT, NJ> &A, int g0, int n)
-{
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-        if (u < n) load_act(b.act[u], A, g0 + u);
-}
+// Per-lane activation addressing: B fragments of token min(nt*8+gid, m-1) and d_x, sums of the
+// tokens of this lane's C columns, min(nt*8+2tq+j, m-1).
+template <int NT, int NJ>
+struct act_ptrs {
+    const int8_t *q[NT];       // + tq*8
+    const float *xs[NT][NJ];   // [g]
+    const int32_t *sums[NT][NJ];
+};
 
-// Accumulates one unit (the lane's code bytes w[r] and scale words sc[r] of its RT sub-tiles,
-// its activations a) into acc.
+// Accumulates one unit (group g; the lane's code bytes w[r] and scale words sc[r] of its RT
+// sub-tiles) into acc.
 template <int RT, int NT, int TOKS>
-__device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&sc)[RT],
-                                         const unit_act<NT, TOKS == 1 ? 1 : 2> &a, float (&acc)[RT][NT][4])
+__device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&sc)[RT], int g,
+                                         const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, float (&acc)[RT][NT][4])
 {
     constexpr int NJ = TOKS == 1 ? 1 : 2;
+    uint2 bq[NT][4];
+    float xs[NT][NJ];
+    int ns[NT][NJ];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + g * 128 + s * 32));
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            xs[nt][j] = __ldg(A.xs[nt][j] + g) * (1.0f / 64.0f);
+            ns[nt][j] = -__ldg(A.sums[nt][j] + g);
+        }
+    }
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
         const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
@@ -181,32 +158,33 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
             const int zero[4] = {0, 0, 0, 0};
-            const int init[4] = {a.ns[nt][0], a.ns[nt][NJ - 1], a.ns[nt][0], a.ns[nt][NJ - 1]};
+            const int init[4] = {ns[nt][0], ns[nt][NJ - 1], ns[nt][0], ns[nt][NJ - 1]};
             int d0[4], d1[4], d2[4], d3[4];
-            pq2_mma_u8s8(d0, a0, a.q[nt][0].x, a.q[nt][0].y, init);
-            pq2_mma_u8s8(d1, a1, a.q[nt][1].x, a.q[nt][1].y, zero);
-            pq2_mma_u8s8(d2, a2, a.q[nt][2].x, a.q[nt][2].y, zero);
-            pq2_mma_u8s8(d3, a3, a.q[nt][3].x, a.q[nt][3].y, zero);
+            pq2_mma_u8s8(d0, a0, bq[nt][0].x, bq[nt][0].y, init);
+            pq2_mma_u8s8(d1, a1, bq[nt][1].x, bq[nt][1].y, zero);
+            pq2_mma_u8s8(d2, a2, bq[nt][2].x, bq[nt][2].y, zero);
+            pq2_mma_u8s8(d3, a3, bq[nt][3].x, bq[nt][3].y, zero);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 if (TOKS == 1 && (j & 1)) continue;  // m == 1: column 2tq only
                 const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j];
-                const float scale = (j < 2 ? wf.x : wf.y) * a.xs[nt][NJ == 1 ? 0 : (j & 1)];
+                const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][NJ == 1 ? 0 : (j & 1)];
                 acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
             }
         }
     }
 }
 
-// Accumulates units [0, n) of batch b into acc.
+// Accumulates units [0, n) of batch b (groups g0, g0+1, ...) into acc.
 template <int RT, int U, int NT, int TOKS>
-__device__ __forceinline__ void compute_batch(const batch<RT, U, NT, TOKS == 1 ? 1 : 2> &b, int n,
+__device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int n,
+                                              const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A,
                                               float (&acc)[RT][NT][4])
 {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         if (u >= n) break;
-        unit_mma<RT, NT, TOKS>(b.codes[u], b.scales[u], b.act[u], acc);
+        unit_mma<RT, NT, TOKS>(b.codes[u], b.scales[u], g0 + u, A, acc);
     }
 }
 
@@ -298,7 +276,7 @@ __device__ __forceinline__ void zero_acc(float (&acc)[RT][NT][4])
 
 // stages 1 and 2: register batches.
 template <int RT, int U, int TOKS, int STAGES>
-__global__ void __launch_bounds__(512, 1) rowblock_kernel(const pq2_decode_problem p)
+__global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
 {
     extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
     constexpr int NT = TOKS > 8 ? 2 : 1;
@@ -310,39 +288,29 @@ __global__ void __launch_bounds__(512, 1) rowblock_kernel(const pq2_decode_probl
     const uint8_t *codes = p.codes + ws.unit0 * (RT * 512) + lane * 16;
     const uint32_t *scales = reinterpret_cast<const uint32_t *>(p.wscales) + ws.unit0 * (RT * 8) + (lane >> 2);
 
-    batch<RT, U, NT, NJ> b0, b1;
-    if (len > 0) load_weights(b0, codes, scales, min(len, U));
+    batch<RT, U> b0, b1;
+    if (len > 0) load_batch<RT, U>(b0, codes, scales, min(len, U));
     pdl_wait();
     const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
-    if (len > 0) load_acts(b0, A, g_begin, min(len, U));
     float acc[RT][NT][4];
     zero_acc(acc);
 
     if constexpr (STAGES == 1) {
         for (int i = 0; i < len; i += U) {
-            const int n = min(len - i, U);
-            if (i > 0) {
-                load_weights(b0, codes + (size_t)i * (RT * 512), scales + i * (RT * 8), n);
-                load_acts(b0, A, g_begin + i, n);
-            }
-            compute_batch<RT, U, NT, TOKS>(b0, n, acc);
+            if (i > 0) load_batch<RT, U>(b0, codes + (size_t)i * (RT * 512), scales + i * (RT * 8), min(len - i, U));
+            compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
         }
     } else {
         // Ping-pong between two register sets: no copies between iterations.
         for (int i = 0; i < len; i += 2 * U) {
-            if (i + U < len) {
-                const int n = min(len - i - U, U);
-                load_weights(b1, codes + (size_t)(i + U) * (RT * 512), scales + (i + U) * (RT * 8), n);
-                load_acts(b1, A, g_begin + i + U, n);
-            }
-            compute_batch<RT, U, NT, TOKS>(b0, min(len - i, U), acc);
+            if (i + U < len)
+                load_batch<RT, U>(b1, codes + (size_t)(i + U) * (RT * 512), scales + (i + U) * (RT * 8), min(len - i - U, U));
+            compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
             if (i + U >= len) break;
-            if (i + 2 * U < len) {
-                const int n = min(len - i - 2 * U, U);
-                load_weights(b0, codes + (size_t)(i + 2 * U) * (RT * 512), scales + (i + 2 * U) * (RT * 8), n);
-                load_acts(b0, A, g_begin + i + 2 * U, n);
-            }
-            compute_batch<RT, U, NT, TOKS>(b1, min(len - i - U, U), acc);
+            if (i + 2 * U < len)
+                load_batch<RT, U>(b0, codes + (size_t)(i + 2 * U) * (RT * 512), scales + (i + 2 * U) * (RT * 8),
+                                  min(len - i - 2 * U, U));
+            compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
         }
     }
     reduce_store<RT, NT, TOKS>(p, red, warp, warps, lane, acc);
@@ -398,19 +366,11 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     zero_acc(acc);
 
     const int gid = lane >> 2;
-    // Activations run one slot ahead of the weights: their (L2) latency overlaps a slot's work.
-    unit_act<NT, NJ> cur[U], nxt[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-        if (u < len) load_act(cur[u], A, ws.g_begin + u);
     for (int i = 0; i < n_slots; ++i) {
         const int s = i % stages;
-        const int n = min(U, len - i * U);
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-            if ((i + 1) * U + u < len) load_act(nxt[u], A, ws.g_begin + (i + 1) * U + u);
         mbar_wait(bars + s, (uint32_t)(i / stages) & 1u);
         const uint8_t *st = ring + s * slot::kBytes;
+        const int n = min(U, len - i * U);
 #pragma unroll
         for (int u = 0; u < U; ++u) {
             if (u >= n) break;
@@ -421,33 +381,36 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
                 w[r] = *reinterpret_cast<const uint4 *>(st + (u * RT + r) * 512 + lane * 16);
                 sc[r] = *reinterpret_cast<const uint32_t *>(st + slot::kCodes + (u * RT + r) * 32 + gid * 4);
             }
-            unit_mma<RT, NT, TOKS>(w, sc, cur[u], acc);
+            unit_mma<RT, NT, TOKS>(w, sc, ws.g_begin + i * U + u, A, acc);
         }
         // Refill the slot just read: every lane's reads of it are done (and ordered before the
         // bulk copy's writes) before lane 0 issues it.
         fence_proxy_async();
         __syncwarp();
         if (lane == 0 && i + stages < n_slots) issue_slot<RT, U>(ring, bars, stages, i + stages, len, src_codes, src_scales);
-#pragma unroll
-        for (int u = 0; u < U; ++u) cur[u] = nxt[u];
     }
     __syncthreads();  // every warp is done with its ring: reuse it for the reduction
     reduce_store<RT, NT, TOKS>(p, reinterpret_cast<float *>(smem), warp, warps, lane, acc);
 }
 
 // ---- instances ------------------------------------------------------------------------------
-// Register kernels: RT (sub-tiles per unit, = the layout's rt) x U (units per batch) x TOKS (1:
-// m == 1; 8: m <= 8; 16: m <= 16) x STAGES (1 or 2 register batches). Ring kernels (stages >= 3):
-// RT x U (units per slot) x TOKS. Only the combinations ptxas compiles without spills
-// (tools/ptxas_report.py); larger batches and m > 8 need more than 128 registers.
-#define PQ2_ROWBLOCK_INSTANCES(X)                                                                   \
-    X(1, 1, 1, 1) X(1, 1, 8, 1) X(1, 1, 16, 1) X(1, 1, 1, 2) X(1, 1, 8, 2) X(1, 1, 16, 2)           \
-    X(1, 2, 1, 1) X(1, 2, 8, 1) X(1, 2, 1, 2) X(1, 2, 8, 2) X(1, 4, 1, 1) X(1, 4, 8, 1)             \
-    X(2, 1, 1, 1) X(2, 1, 8, 1) X(2, 1, 16, 1) X(2, 1, 1, 2) X(2, 1, 8, 2) X(2, 2, 1, 1) X(2, 2, 8, 1) \
-    X(4, 1, 1, 1) X(4, 1, 8, 1)
-#define PQ2_RING_INSTANCES(X)                                                                       \
-    X(1, 1, 1) X(1, 1, 8) X(1, 1, 16) X(1, 2, 1) X(1, 2, 8) X(1, 4, 1) X(2, 1, 1) X(2, 1, 8) X(2, 2, 1) \
-    X(2, 2, 8) X(4, 1, 1) X(4, 1, 8)
+// RT (sub-tiles per unit, = the layout's rt) x U (units per batch) x TOKS (1: m == 1; 8: m <= 8;
+// 16: m <= 16) x STAGES (1: load then compute; 2: next batch loads during this one). Only the
+// combinations ptxas compiles without spills (tools/ptxas_report.py; batches of at most 4
+// sub-tiles); rt 4 serves m <= 8 (larger m goes to the stream family).
+#define PQ2_ROWBLOCK_ALL_TOKS(X, R, U) X(R, U, 1, 1) X(R, U, 8, 1) X(R, U, 16, 1) X(R, U, 1, 2) X(R, U, 8, 2) X(R, U, 16, 2)
+#define PQ2_ROWBLOCK_LEAN_16(X, R, U) X(R, U, 1, 1) X(R, U, 8, 1) X(R, U, 16, 1) X(R, U, 1, 2) X(R, U, 8, 2)
+#define PQ2_ROWBLOCK_TO_8(X, R, U) X(R, U, 1, 1) X(R, U, 8, 1) X(R, U, 1, 2) X(R, U, 8, 2)
+#define PQ2_ROWBLOCK_INSTANCES(X)                                                       \
+    PQ2_ROWBLOCK_ALL_TOKS(X, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, 1, 2) PQ2_ROWBLOCK_LEAN_16(X, 1, 4) \
+    PQ2_ROWBLOCK_LEAN_16(X, 2, 1) PQ2_ROWBLOCK_LEAN_16(X, 2, 2) PQ2_ROWBLOCK_TO_8(X, 4, 1)
+
+// The ring kernels (stages >= 3): RT x U (units per slot) x TOKS, slots of at most 4 sub-tiles;
+// rt 4 serves m <= 8 (spills at 16).
+#define PQ2_RING_TOKS(X, R, U) X(R, U, 1) X(R, U, 8) X(R, U, 16)
+#define PQ2_RING_INSTANCES(X)                                                                   \
+    PQ2_RING_TOKS(X, 1, 1) PQ2_RING_TOKS(X, 1, 2) PQ2_RING_TOKS(X, 1, 4) PQ2_RING_TOKS(X, 2, 1) \
+    PQ2_RING_TOKS(X, 2, 2) X(4, 1, 1) X(4, 1, 8)
 
 using rowblock_fn = void (*)(const pq2_decode_problem);
 using ring_fn = void (*)(const pq2_decode_problem, int);
