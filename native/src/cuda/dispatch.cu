@@ -71,17 +71,27 @@ const tuned_entry kTable[] = {
 #undef TILES
 #undef PLANES
 
-// Fallback for shapes the table does not list: one full wave of warps, each keeping three
-// chunks of 2 units (3 KB at rt 1) in flight.
-pq2_decode_config fallback_config(const pq2_view &v)
+// Fallback for shapes the table does not list. TILES: the row-block family, 8 warps per row
+// block, one unit per register batch (compiled for every rt at m <= 8 and rt 1-2 at m <= 16);
+// otherwise the stream family with one full wave of warps, each keeping three chunks of 2
+// units (3 KB at rt 1) in flight.
+pq2_decode_config fallback_config(const pq2_view &v, int64_t m)
 {
     pq2_decode_config c;
+    c.blocks = 0;
+    if (v.layout == PQ2_LAYOUT_TILES && (m <= 8 || v.rt <= 2)) {
+        c.family = PQ2_DECODE_ROWBLOCK;
+        c.rt = v.rt;
+        c.warps = 8;
+        c.unroll = 1;
+        c.stages = 1;
+        return c;
+    }
+    c.family = PQ2_DECODE_STREAM;
     c.rt = v.layout == PQ2_LAYOUT_TILES ? v.rt : 2;
     c.warps = 4;
     c.unroll = 2;
     c.stages = 4;
-    c.blocks = 0;
-    c.family = PQ2_DECODE_STREAM;
     return c;
 }
 
@@ -91,7 +101,7 @@ pq2_decode_config choose_config(const pq2_view &v, int64_t m)
         if (e->layout == v.layout && e->n == v.n && e->k == v.k && m <= e->m_max &&
             (v.layout != PQ2_LAYOUT_TILES || e->layout_rt == v.rt))
             return e->cfg;
-    return fallback_config(v);
+    return fallback_config(v, m);
 }
 
 // Workspace carving, every region 256-byte aligned.
