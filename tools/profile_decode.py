@@ -21,9 +21,9 @@ def parse_cfg(text):
 
 
 def breakdown(args):
-    """Graph-timed pieces of one call: the quantiser alone, the q8 path (counter memset + matmul
+    """Graph-timed pieces of one call: the quantiser alone, the q8 path (matmul kernel, plus a counter memset for the stream family
     kernel), the full call (quantiser + matmul kernel as its programmatic dependent)."""
-    print(f"{'shape':8s} {'M':>2s} {'cfg':>16s} {'quant':>7s} {'q8+memset':>10s} {'full':>7s} {'GB/s full':>9s}")
+    print(f"{'shape':8s} {'M':>2s} {'cfg':>16s} {'quant':>7s} {'q8 path':>10s} {'full':>7s} {'GB/s full':>9s}")
     cfgs = args.cfg.split(";") if args.cfg else [None]
     for name in args.shapes.split(","):
         n, k = (SHAPES[name][0], SHAPES[name][1]) if name in SHAPES else (64, 128)
@@ -64,7 +64,7 @@ def main(argv=None):
     ap.add_argument("--ms", default="1,8,16")
     ap.add_argument("--layout", default="tiles")
     ap.add_argument("--rt", type=int, default=2)
-    ap.add_argument("--cfg", help="rt,warps,unroll,stages,blocks (default: the dispatcher's); "
+    ap.add_argument("--cfg", help="rt,warps,unroll,stages,blocks,family (default: the dispatcher's); "
                                    "breakdown takes several separated by ';'")
     ap.add_argument("--iters", type=int, default=8)
     args = ap.parse_args(argv)

@@ -118,7 +118,8 @@ workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_decode_con
     w.q8 = off, off = align256(off + (size_t)m * v.k);
     w.xs = off, off = align256(off + (size_t)m * v.groups * sizeof(float));
     w.sums = off, off = align256(off + (size_t)m * v.groups * sizeof(int32_t));
-    w.counters = off, off = align256(off + (size_t)pq2_decode_row_blocks(v.n, cfg.rt) * sizeof(uint32_t));
+    const size_t counters = cfg.family == PQ2_DECODE_STREAM ? (size_t)pq2_decode_row_blocks(v.n, cfg.rt) : 0;
+    w.counters = off, off = align256(off + counters * sizeof(uint32_t));
     const size_t partial = cfg.family == PQ2_DECODE_STREAM ? (size_t)2 * blocks * cfg.warps * m * 16 * cfg.rt : 0;
     w.partial = off, off = align256(off + partial * sizeof(float));
     w.total = off;
@@ -252,7 +253,9 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, plan.total));
     uint8_t *ws = static_cast<uint8_t *>(workspace);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    const int32_t n_counters = (int32_t)pq2_decode_row_blocks(v.n, cfg.rt);
+    // The stream family's arrival counters start at zero: the quantiser clears them.
+    const int32_t n_counters =
+        cfg.family == PQ2_DECODE_STREAM ? (int32_t)pq2_decode_row_blocks(v.n, cfg.rt) : 0;
     int8_t *q8 = reinterpret_cast<int8_t *>(ws + plan.q8);
     float *xs = reinterpret_cast<float *>(ws + plan.xs);
     int32_t *sums = reinterpret_cast<int32_t *>(ws + plan.sums);
@@ -287,7 +290,8 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     uint8_t *ws = static_cast<uint8_t *>(workspace);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     // The arrival counters must start at zero (pq2_matmul_cuda clears them in its quantiser).
-    PQ2_CUDA_TRY(fn, cudaMemsetAsync(ws + plan.counters, 0, plan.partial - plan.counters, s));
+    if (cfg.family == PQ2_DECODE_STREAM)  // the row-block family has no counters
+        PQ2_CUDA_TRY(fn, cudaMemsetAsync(ws + plan.counters, 0, plan.partial - plan.counters, s));
     PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, scales, sums, y, y_dtype, ws, plan, false, s));
     return pq2_ok();
 }
