@@ -21,8 +21,9 @@ def parse_cfg(text):
 
 
 def breakdown(args):
-    """Graph-timed pieces of one call: the quantiser alone, the q8 path (matmul kernel, plus a counter memset for the stream family
-    kernel), the full call (quantiser + matmul kernel as its programmatic dependent)."""
+    """Graph-timed pieces of one call: the quantiser alone, the q8 path (the matmul kernel, plus a
+    counter memset for the stream family), the full call (quantiser + matmul kernel as its
+    programmatic dependent)."""
     print(f"{'shape':8s} {'M':>2s} {'cfg':>16s} {'quant':>7s} {'q8 path':>10s} {'full':>7s} {'GB/s full':>9s}")
     cfgs = args.cfg.split(";") if args.cfg else [None]
     for name in args.shapes.split(","):
