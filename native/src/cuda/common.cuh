@@ -61,6 +61,14 @@ __device__ __forceinline__ uint32_t pq2_plane(uint32_t codes)
     return codes & (0x03030303u << (2 * S));
 }
 
+// The same plane moved to the top two bits of every byte: code * 64 whatever s (at most 192).
+// Bits 2s..2s+1 of a byte shifted left by 6-2s stay in that byte; the mask drops what crossed in.
+template <int S>
+__device__ __forceinline__ uint32_t pq2_plane_top(uint32_t codes)
+{
+    return (codes << (6 - 2 * S)) & 0xC0C0C0C0u;
+}
+
 // D = A(16x32 u8, row) * B(32x8 s8, col) + C, int32 exact.
 __device__ __forceinline__ void pq2_mma_u8s8(int (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                              uint32_t b1, const int (&c)[4])

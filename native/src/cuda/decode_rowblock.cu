@@ -152,6 +152,32 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
         const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
+        if constexpr (NT == 2) {
+            // m > 8: two token blocks share each A fragment. The planes are moved to the top two
+            // bits of every byte (code * 64 for all four: one shift + one mask each), so one
+            // accumulator chains the four MMAs, started from -64 * sum(q), and holds
+            // 64 * dot(code - 1, q) directly: 12 shifts per sub-tile instead of 3 shift-adds
+            // on each of 8 live C registers. The integer is the same as below.
+            const uint32_t a0[4] = {pq2_plane_top<0>(w[r].x), pq2_plane_top<0>(w[r].z), pq2_plane_top<0>(w[r].y), pq2_plane_top<0>(w[r].w)};
+            const uint32_t a1[4] = {pq2_plane_top<1>(w[r].x), pq2_plane_top<1>(w[r].z), pq2_plane_top<1>(w[r].y), pq2_plane_top<1>(w[r].w)};
+            const uint32_t a2[4] = {pq2_plane_top<2>(w[r].x), pq2_plane_top<2>(w[r].z), pq2_plane_top<2>(w[r].y), pq2_plane_top<2>(w[r].w)};
+            const uint32_t a3[4] = {pq2_plane_top<3>(w[r].x), pq2_plane_top<3>(w[r].z), pq2_plane_top<3>(w[r].y), pq2_plane_top<3>(w[r].w)};
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                const int init[4] = {ns[nt][0] * 64, ns[nt][NJ - 1] * 64, ns[nt][0] * 64, ns[nt][NJ - 1] * 64};
+                int d[4];
+                pq2_mma_u8s8(d, a0, bq[nt][0].x, bq[nt][0].y, init);
+                pq2_mma_u8s8(d, a1, bq[nt][1].x, bq[nt][1].y, d);
+                pq2_mma_u8s8(d, a2, bq[nt][2].x, bq[nt][2].y, d);
+                pq2_mma_u8s8(d, a3, bq[nt][3].x, bq[nt][3].y, d);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][j & 1];
+                    acc[r][nt][j] = fmaf((float)d[j], scale, acc[r][nt][j]);
+                }
+            }
+            continue;
+        }
         // A fragment registers: {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7}.
         const uint32_t a0[4] = {pq2_plane<0>(w[r].x), pq2_plane<0>(w[r].z), pq2_plane<0>(w[r].y), pq2_plane<0>(w[r].w)};
         const uint32_t a1[4] = {pq2_plane<1>(w[r].x), pq2_plane<1>(w[r].z), pq2_plane<1>(w[r].y), pq2_plane<1>(w[r].w)};
@@ -278,7 +304,7 @@ __device__ __forceinline__ void zero_acc(float (&acc)[RT][NT][4])
 
 // stages 1 and 2: register batches.
 template <int RT, int U, int TOKS, int STAGES>
-__global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
+__global__ void __launch_bounds__(512, 1) rowblock_kernel(const pq2_decode_problem p)
 {
     extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
     constexpr int NT = TOKS > 8 ? 2 : 1;
@@ -404,13 +430,12 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 // RT (sub-tiles per unit, = the layout's rt) x U (units per batch) x TOKS (1: m == 1; 8: m <= 8;
 // 16: m <= 16) x STAGES (1: load then compute; 2: next batch loads during this one). Only the
 // combinations ptxas compiles without spills (tools/ptxas_report.py; batches of at most 4
-// sub-tiles); rt 4 serves m <= 8 (larger m goes to the stream family).
+// sub-tiles); rt 4 serves m <= 8 (at m > 8 a block of an rt-4 layout reads 2 of its sub-tiles).
 #define PQ2_ROWBLOCK_ALL_TOKS(X, R, U) X(R, U, 1, 1) X(R, U, 8, 1) X(R, U, 16, 1) X(R, U, 1, 2) X(R, U, 8, 2) X(R, U, 16, 2)
 #define PQ2_ROWBLOCK_LEAN_16(X, R, U) X(R, U, 1, 1) X(R, U, 8, 1) X(R, U, 16, 1) X(R, U, 1, 2) X(R, U, 8, 2)
-#define PQ2_ROWBLOCK_TO_8(X, R, U) X(R, U, 1, 1) X(R, U, 8, 1) X(R, U, 1, 2) X(R, U, 8, 2)
 #define PQ2_ROWBLOCK_INSTANCES(X)                                                       \
     PQ2_ROWBLOCK_ALL_TOKS(X, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, 1, 2) PQ2_ROWBLOCK_LEAN_16(X, 1, 4) \
-    PQ2_ROWBLOCK_LEAN_16(X, 2, 1) PQ2_ROWBLOCK_LEAN_16(X, 2, 2) PQ2_ROWBLOCK_TO_8(X, 4, 1)
+    PQ2_ROWBLOCK_LEAN_16(X, 2, 1) PQ2_ROWBLOCK_LEAN_16(X, 2, 2) X(4, 1, 1, 1) X(4, 1, 8, 1) X(4, 1, 8, 2)
 
 // The ring kernels (stages >= 3): RT x U (units per slot) x TOKS, slots of at most 4 sub-tiles;
 // rt 4 serves m <= 8 (spills at 16).
