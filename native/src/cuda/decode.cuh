@@ -14,7 +14,6 @@ struct pq2_decode_problem {
     uint32_t *counters;      // arrival counters, one per row block, zero on entry
     int64_t n, k;
     int32_t m, layout, y_dtype;
-    int32_t layout_rt;       // TILES: the layout's rt (row-block family: may exceed the config's)
 };
 
 // Row blocks (blocks along N) of a configuration: ceil(n / (16 * rt)).

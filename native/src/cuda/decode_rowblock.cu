@@ -104,19 +104,17 @@ struct batch {
 };
 
 // Loads units [0, n) of a batch starting at unit pointer `codes` (already + lane*16) and scale
-// word pointer `scales` (already + gid). Units of the layout are lrt*512 code bytes and lrt*8
-// scale words apart (lrt = the layout's rt >= RT: a block may read only RT of its sub-tiles).
+// word pointer `scales` (already + gid). Units are RT*512 code bytes and RT*8 scale words apart.
 template <int RT, int U>
-__device__ __forceinline__ void load_batch(batch<RT, U> &b, const uint8_t *codes, const uint32_t *scales, int n,
-                                           int lrt)
+__device__ __forceinline__ void load_batch(batch<RT, U> &b, const uint8_t *codes, const uint32_t *scales, int n)
 {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int r = 0; r < RT; ++r)
             if (u < n) {
-                b.codes[u][r] = ld_stream16(codes + (u * lrt + r) * 512);
-                b.scales[u][r] = ld_stream4(scales + (u * lrt + r) * 8);
+                b.codes[u][r] = ld_stream16(codes + (u * RT + r) * 512);
+                b.scales[u][r] = ld_stream4(scales + (u * RT + r) * 8);
             }
 }
 
@@ -313,15 +311,11 @@ __global__ void __launch_bounds__(512, 1) rowblock_kernel(const pq2_decode_probl
     const int G = (int)(p.k >> 7);
     const warp_split ws = split_of(G, warp, warps);
     const int g_begin = ws.g_begin, len = ws.len;
-    // Block b covers 16*RT rows: sub-tiles r0..r0+RT-1 of the layout's row block b / (lrt/RT).
-    const int lrt = p.layout_rt, per = lrt / RT;
-    const size_t unit0 = (size_t)(blockIdx.x / per) * G + g_begin;
-    const int r0 = (int)(blockIdx.x % per) * RT;
-    const uint8_t *codes = p.codes + unit0 * (lrt * 512) + r0 * 512 + lane * 16;
-    const uint32_t *scales = reinterpret_cast<const uint32_t *>(p.wscales) + unit0 * (lrt * 8) + r0 * 8 + (lane >> 2);
+    const uint8_t *codes = p.codes + ws.unit0 * (RT * 512) + lane * 16;
+    const uint32_t *scales = reinterpret_cast<const uint32_t *>(p.wscales) + ws.unit0 * (RT * 8) + (lane >> 2);
 
     batch<RT, U> b0, b1;
-    if (len > 0) load_batch<RT, U>(b0, codes, scales, min(len, U), lrt);
+    if (len > 0) load_batch<RT, U>(b0, codes, scales, min(len, U));
     pdl_wait();
     const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
     float acc[RT][NT][4];
@@ -329,20 +323,19 @@ __global__ void __launch_bounds__(512, 1) rowblock_kernel(const pq2_decode_probl
 
     if constexpr (STAGES == 1) {
         for (int i = 0; i < len; i += U) {
-            if (i > 0) load_batch<RT, U>(b0, codes + (size_t)i * (lrt * 512), scales + i * (lrt * 8), min(len - i, U), lrt);
+            if (i > 0) load_batch<RT, U>(b0, codes + (size_t)i * (RT * 512), scales + i * (RT * 8), min(len - i, U));
             compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
         }
     } else {
         // Ping-pong between two register sets: no copies between iterations.
         for (int i = 0; i < len; i += 2 * U) {
             if (i + U < len)
-                load_batch<RT, U>(b1, codes + (size_t)(i + U) * (lrt * 512), scales + (i + U) * (lrt * 8), min(len - i - U, U),
-                                  lrt);
+                load_batch<RT, U>(b1, codes + (size_t)(i + U) * (RT * 512), scales + (i + U) * (RT * 8), min(len - i - U, U));
             compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
             if (i + U >= len) break;
             if (i + 2 * U < len)
-                load_batch<RT, U>(b0, codes + (size_t)(i + 2 * U) * (lrt * 512), scales + (i + 2 * U) * (lrt * 8),
-                                  min(len - i - 2 * U, U), lrt);
+                load_batch<RT, U>(b0, codes + (size_t)(i + 2 * U) * (RT * 512), scales + (i + 2 * U) * (RT * 8),
+                                  min(len - i - 2 * U, U));
             compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
         }
     }
@@ -492,15 +485,10 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
     if (layout != PQ2_LAYOUT_TILES)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: config family=%d (row block) reads the tiles layout only",
                              fn, (int)cfg.family);
-    if (cfg.rt != 1 && cfg.rt != 2 && cfg.rt != 4)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config rt=%d is not 1, 2 or 4", fn, (int)cfg.rt);
-    // A block may take fewer rows than the layout's row block (register kernels: sub-tiles of
-    // each unit split between blocks); the ring copies whole units.
-    if (layout_rt % cfg.rt != 0 || (cfg.stages >= 3 && cfg.rt != layout_rt))
+    if (cfg.rt != layout_rt)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: config rt=%d must %s the tile-major layout's rt=%d (row block family%s)", fn,
-                             (int)cfg.rt, cfg.stages >= 3 ? "equal" : "divide", (int)layout_rt,
-                             cfg.stages >= 3 ? ", ring" : "");
+                             "%s: config rt=%d must equal the tile-major layout's rt=%d", fn,
+                             (int)cfg.rt, (int)layout_rt);
     if (cfg.warps < 1 || cfg.warps > 16)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config warps=%d is not in 1..16 (row block family)",
                              fn, (int)cfg.warps);

@@ -71,24 +71,24 @@ const tuned_entry kTable[] = {
 #undef TILES
 #undef PLANES
 
-// Fallback for shapes the table does not list. TILES: the row-block family, 8 warps per block,
-// one unit per register batch (compiled for rt 1-4 at m <= 8 and rt 1-2 at m <= 16: a block of
-// an rt-4 layout at m > 8 takes 2 of its 4 sub-tiles). PLANES: the stream family with one full
-// wave of warps, each keeping three chunks of 2 units (3 KB at rt 1) in flight.
+// Fallback for shapes the table does not list. TILES: the row-block family, 8 warps per row
+// block, one unit per register batch (compiled for every rt at m <= 8 and rt 1-2 at m <= 16);
+// otherwise the stream family with one full wave of warps, each keeping three chunks of 2
+// units (3 KB at rt 1) in flight.
 pq2_decode_config fallback_config(const pq2_view &v, int64_t m)
 {
     pq2_decode_config c;
     c.blocks = 0;
-    if (v.layout == PQ2_LAYOUT_TILES) {
+    if (v.layout == PQ2_LAYOUT_TILES && (m <= 8 || v.rt <= 2)) {
         c.family = PQ2_DECODE_ROWBLOCK;
-        c.rt = m > 8 && v.rt == 4 ? 2 : v.rt;
+        c.rt = v.rt;
         c.warps = 8;
         c.unroll = 1;
         c.stages = 1;
         return c;
     }
     c.family = PQ2_DECODE_STREAM;
-    c.rt = 2;
+    c.rt = v.layout == PQ2_LAYOUT_TILES ? v.rt : 2;
     c.warps = 4;
     c.unroll = 2;
     c.stages = 4;
@@ -174,7 +174,6 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
-    p.layout_rt = v.layout == PQ2_LAYOUT_TILES ? v.rt : 0;
     if (cfg.family == PQ2_DECODE_ROWBLOCK) return pq2_rowblock_launch(fn, p, cfg, after_kernel, stream);
     return pq2_decode_launch(fn, p, cfg, blocks, after_kernel, stream);
 }
