@@ -302,7 +302,7 @@ __device__ __forceinline__ void zero_acc(float (&acc)[RT][NT][4])
 
 // stages 1 and 2: register batches.
 template <int RT, int U, int TOKS, int STAGES>
-__global__ void __launch_bounds__(512, 1) rowblock_kernel(const pq2_decode_problem p)
+__global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
 {
     extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
     constexpr int NT = TOKS > 8 ? 2 : 1;
@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 // RT (sub-tiles per unit, = the layout's rt) x U (units per batch) x TOKS (1: m == 1; 8: m <= 8;
 // 16: m <= 16) x STAGES (1: load then compute; 2: next batch loads during this one). Only the
 // combinations ptxas compiles without spills (tools/ptxas_report.py; batches of at most 4
-// sub-tiles); rt 4 serves m <= 8 (at m > 8 a block of an rt-4 layout reads 2 of its sub-tiles).
+// sub-tiles); rt 4 serves m <= 8 (larger m goes to the stream family).
 #define PQ2_ROWBLOCK_ALL_TOKS(X, R, U) X(R, U, 1, 1) X(R, U, 8, 1) X(R, U, 16, 1) X(R, U, 1, 2) X(R, U, 8, 2) X(R, U, 16, 2)
 #define PQ2_ROWBLOCK_LEAN_16(X, R, U) X(R, U, 1, 1) X(R, U, 8, 1) X(R, U, 16, 1) X(R, U, 1, 2) X(R, U, 8, 2)
 #define PQ2_ROWBLOCK_INSTANCES(X)                                                       \
