@@ -30,6 +30,30 @@ static inline pq2_status pq2_launch_status(const char *fn)
     return pq2_ok();
 }
 
+// One kernel launch configuration. pdl: launch as a programmatic dependent of the preceding
+// kernel of the stream (Hopper; a no-op attribute elsewhere): the kernel may start while that one
+// finishes and must execute griddepcontrol.wait before reading what it wrote. Used in place
+// (cfg points at attr): pq2_launch l(...); cudaLaunchKernelEx(&l.cfg, kernel, args...).
+struct pq2_launch {
+    cudaLaunchConfig_t cfg;
+    cudaLaunchAttribute attr[1];
+    pq2_launch(unsigned grid, unsigned block, size_t smem, cudaStream_t stream, bool pdl) : cfg(), attr()
+    {
+        cfg.gridDim = dim3(grid);
+        cfg.blockDim = dim3(block);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = stream;
+        if (pdl) {
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
+        }
+    }
+    pq2_launch(const pq2_launch &) = delete;
+    pq2_launch &operator=(const pq2_launch &) = delete;
+};
+
 static inline bool pq2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
 #define PQ2_CHECK_ALIGN(fn, ptr, a)                                                             \

@@ -530,20 +530,9 @@ pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
     sp.total_warps = (int32_t)(blocks * cfg.warps);
     sp.stages = cfg.stages;
     decode_fn kernel = find_instance(p.layout, cfg.rt, cfg.unroll, p.m);
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3((unsigned)blocks);
-    lc.blockDim = dim3(cfg.warps * 32);
-    lc.dynamicSmemBytes = ring_bytes(cfg, p.layout);
-    lc.stream = stream;
-    cudaLaunchAttribute attr[1];
-    if (after_kernel) {
-        // Programmatic dependent launch (Hopper): start streaming weights while the preceding
-        // kernel (the quantiser) finishes; the kernel waits for it before reading activations.
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        lc.attrs = attr;
-        lc.numAttrs = 1;
-    }
-    PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, kernel, p, sp));
+    // Programmatic dependent launch (Hopper): stream weights while the preceding kernel (the
+    // quantiser) finishes; the kernel waits for it before reading activations.
+    pq2_launch l((unsigned)blocks, cfg.warps * 32, ring_bytes(cfg, p.layout), stream, after_kernel);
+    PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, kernel, p, sp));
     return pq2_launch_status(fn);
 }

@@ -540,21 +540,10 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
     if (blocks > INT32_MAX || p.k / 128 * blocks > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: n=%lld k=%lld: too many row blocks for one grid", fn,
                              (long long)p.n, (long long)p.k);
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3((unsigned)blocks);
-    lc.blockDim = dim3(cfg.warps * 32);
-    lc.dynamicSmemBytes = pq2_rowblock_smem(cfg, p.m);
-    lc.stream = stream;
-    cudaLaunchAttribute attr[1];
-    if (after_kernel) {
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        lc.attrs = attr;
-        lc.numAttrs = 1;
-    }
+    pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m), stream, after_kernel);
     if (cfg.stages >= 3)
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
     else
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, find_rowblock(cfg.rt, cfg.unroll, p.m, cfg.stages), p));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(cfg.rt, cfg.unroll, p.m, cfg.stages), p));
     return pq2_launch_status(fn);
 }

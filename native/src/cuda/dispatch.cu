@@ -231,6 +231,27 @@ static pq2_status check_workspace(const char *fn, void *workspace, size_t bytes,
     return PQ2_OK;
 }
 
+// What both matmul entry points do first: validate the weights and configuration and carve the
+// caller's workspace.
+struct matmul_call {
+    pq2_view v;
+    pq2_decode_config cfg;
+    int64_t blocks;
+    workspace_plan plan;
+    uint8_t *ws;
+};
+
+static pq2_status begin_matmul(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dtype,
+                               const pq2_decode_config *cfg_in, void *workspace, size_t workspace_bytes,
+                               matmul_call *c)
+{
+    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &c->v, &c->cfg, &c->blocks));
+    c->plan = plan_workspace(c->v, m, c->cfg, c->blocks);
+    PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, c->plan.total));
+    c->ws = static_cast<uint8_t *>(workspace);
+    return PQ2_OK;
+}
+
 extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t x_dtype,
                                               void *y, int32_t y_dtype, int64_t m,
                                               const pq2_decode_config *cfg_in, void *workspace,
@@ -244,24 +265,19 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     if (x_dtype != PQ2_DTYPE_F32 && x_dtype != PQ2_DTYPE_F16 && x_dtype != PQ2_DTYPE_BF16)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: x_dtype=%d is not f32 (0), f16 (1) or bf16 (2)",
                              fn, (int)x_dtype);
-    pq2_view v;
-    pq2_decode_config cfg;
-    int64_t blocks;
-    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &v, &cfg, &blocks));
-    const workspace_plan plan = plan_workspace(v, m, cfg, blocks);
-    PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, plan.total));
-    uint8_t *ws = static_cast<uint8_t *>(workspace);
+    matmul_call c;
+    PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &c));
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     // The stream family's arrival counters start at zero: the quantiser clears them.
     const int32_t n_counters =
-        cfg.family == PQ2_DECODE_STREAM ? (int32_t)pq2_decode_row_blocks(v.n, cfg.rt) : 0;
-    int8_t *q8 = reinterpret_cast<int8_t *>(ws + plan.q8);
-    float *xs = reinterpret_cast<float *>(ws + plan.xs);
-    int32_t *sums = reinterpret_cast<int32_t *>(ws + plan.sums);
-    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, v.k, q8, xs, sums,
-                                  reinterpret_cast<uint32_t *>(ws + plan.counters), n_counters,
+        c.cfg.family == PQ2_DECODE_STREAM ? (int32_t)pq2_decode_row_blocks(c.v.n, c.cfg.rt) : 0;
+    int8_t *q8 = reinterpret_cast<int8_t *>(c.ws + c.plan.q8);
+    float *xs = reinterpret_cast<float *>(c.ws + c.plan.xs);
+    int32_t *sums = reinterpret_cast<int32_t *>(c.ws + c.plan.sums);
+    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums,
+                                  reinterpret_cast<uint32_t *>(c.ws + c.plan.counters), n_counters,
                                   pq2_pdl_ok(), s));
-    PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, xs, sums, y, y_dtype, ws, plan, pq2_pdl_ok(), s));
+    PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, xs, sums, y, y_dtype, c.ws, c.plan, pq2_pdl_ok(), s));
     return pq2_ok();
 }
 
@@ -280,17 +296,13 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     PQ2_CHECK_ALIGN(fn, scales, 4);
     PQ2_CHECK_ALIGN(fn, sums, 4);
     PQ2_CHECK_ALIGN(fn, y, 16);
-    pq2_view v;
-    pq2_decode_config cfg;
-    int64_t blocks;
-    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &v, &cfg, &blocks));
-    const workspace_plan plan = plan_workspace(v, m, cfg, blocks);
-    PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, plan.total));
-    uint8_t *ws = static_cast<uint8_t *>(workspace);
+    matmul_call c;
+    PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &c));
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    // The arrival counters must start at zero (pq2_matmul_cuda clears them in its quantiser).
-    if (cfg.family == PQ2_DECODE_STREAM)  // the row-block family has no counters
-        PQ2_CUDA_TRY(fn, cudaMemsetAsync(ws + plan.counters, 0, plan.partial - plan.counters, s));
-    PQ2_CHECK(run_decode(fn, v, cfg, blocks, m, q8, scales, sums, y, y_dtype, ws, plan, false, s));
+    // The stream family's arrival counters must start at zero (pq2_matmul_cuda clears them in
+    // its quantiser); the row-block family has none.
+    if (c.cfg.family == PQ2_DECODE_STREAM)
+        PQ2_CUDA_TRY(fn, cudaMemsetAsync(c.ws + c.plan.counters, 0, c.plan.partial - c.plan.counters, s));
+    PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, false, s));
     return pq2_ok();
 }

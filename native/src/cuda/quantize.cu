@@ -91,26 +91,16 @@ pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, i
     if (blocks > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld k=%lld is too large", fn, (long long)m,
                              (long long)k);
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3((unsigned)blocks);
-    lc.blockDim = dim3(kWarpsPerBlock * 32);
-    lc.stream = stream;
-    cudaLaunchAttribute attr[1];
-    if (pdl) {
-        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-        attr[0].val.programmaticStreamSerializationAllowed = 1;
-        lc.attrs = attr;
-        lc.numAttrs = 1;
-    }
+    pq2_launch l((unsigned)blocks, kWarpsPerBlock * 32, 0, stream, pdl);
     switch (x_dtype) {
     case PQ2_DTYPE_F32:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8, scales, sums, zero, n_zero));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8, scales, sums, zero, n_zero));
         break;
     case PQ2_DTYPE_F16:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, quantize_q8_kernel<PQ2_DTYPE_F16>, x, m, k, q8, scales, sums, zero, n_zero));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F16>, x, m, k, q8, scales, sums, zero, n_zero));
         break;
     case PQ2_DTYPE_BF16:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&lc, quantize_q8_kernel<PQ2_DTYPE_BF16>, x, m, k, q8, scales, sums, zero, n_zero));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_BF16>, x, m, k, q8, scales, sums, zero, n_zero));
         break;
     default:
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: x_dtype=%d is not f32 (0), f16 (1) or bf16 (2)",
