@@ -422,11 +422,9 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
 
 using decode_fn = void (*)(const pq2_decode_problem, const stream_plan);
 
-int tokens_class(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
-
 decode_fn find_instance(int32_t layout, int32_t rt, int32_t unroll, int64_t m)
 {
-    const int toks = tokens_class(m);
+    const int toks = pq2_decode_tokens_class(m);
 #define PQ2_MATCH(L, R, U, T) \
     if (layout == (L) && rt == (R) && unroll == (U) && toks == (T)) return decode_kernel<L, R, U, T>;
     PQ2_DECODE_INSTANCES(PQ2_MATCH)

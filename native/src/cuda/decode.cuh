@@ -16,6 +16,9 @@ struct pq2_decode_problem {
     int32_t m, layout, y_dtype;
 };
 
+// The token class of m, which picks a kernel instance: 1 (m == 1), 8 (m <= 8) or 16.
+static inline int pq2_decode_tokens_class(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
+
 // Row blocks (blocks along N) of a configuration: ceil(n / (16 * rt)).
 static inline int64_t pq2_decode_row_blocks(int64_t n, int32_t rt) { return (n + 16 * rt - 1) / (16 * rt); }
 

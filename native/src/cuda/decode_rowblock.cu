@@ -440,11 +440,9 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 using rowblock_fn = void (*)(const pq2_decode_problem);
 using ring_fn = void (*)(const pq2_decode_problem, int);
 
-int toks_of(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
-
 rowblock_fn find_rowblock(int32_t rt, int32_t unroll, int64_t m, int32_t stages)
 {
-    const int toks = toks_of(m);
+    const int toks = pq2_decode_tokens_class(m);
 #define PQ2_MATCH(R, U, T, S) \
     if (rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<R, U, T, S>;
     PQ2_ROWBLOCK_INSTANCES(PQ2_MATCH)
@@ -454,7 +452,7 @@ rowblock_fn find_rowblock(int32_t rt, int32_t unroll, int64_t m, int32_t stages)
 
 ring_fn find_ring(int32_t rt, int32_t unroll, int64_t m)
 {
-    const int toks = toks_of(m);
+    const int toks = pq2_decode_tokens_class(m);
 #define PQ2_MATCH(R, U, T) \
     if (rt == (R) && unroll == (U) && toks == (T)) return rowblock_ring_kernel<R, U, T>;
     PQ2_RING_INSTANCES(PQ2_MATCH)
