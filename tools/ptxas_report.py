@@ -4,7 +4,11 @@
 Compiles each native/src/cuda/*.cu for sm_90a with `-Xptxas -v`, prints one line per kernel
 instance and exits 1 if any kernel spills or uses a stack frame (local memory in a hot loop).
 
-    python3 tools/ptxas_report.py [--arch 90a] [--allow-stack]
+With --baseline FILE it also exits 1 when an instance's registers rose enough to lower the warps
+an SM can hold (the occupancy cliff of bench/NOTES.md v7g: 64 -> 76 registers cost down M=1 45%).
+Refresh the file on purpose with --write-baseline FILE after checking the timings on the GPU.
+
+    python3 tools/ptxas_report.py [--arch 90a] [--allow-stack] [--baseline F | --write-baseline F]
 """
 from __future__ import annotations
 
@@ -65,23 +69,54 @@ def report(src: Path, arch: str):
     return rows
 
 
+def warps_per_sm(regs: int) -> int:
+    """Warps one SM's 64K registers hold at this count (allocated per thread in steps of 8)."""
+    per_thread = max(8, (regs + 7) // 8 * 8)
+    return min(64, 65536 // (per_thread * 32))
+
+
+def read_baseline(path: Path) -> dict:
+    base = {}
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            key, regs = line.rsplit(" ", 1)
+            base[key] = int(regs)
+    return base
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arch", default="90a")
     ap.add_argument("--allow-stack", action="store_true", help="report stack frames without failing")
+    ap.add_argument("--baseline", type=Path, help="fail when an instance holds fewer warps per SM than here")
+    ap.add_argument("--write-baseline", type=Path, help="write the registers of every instance here")
     args = ap.parse_args(argv)
-    bad = 0
+    base = read_baseline(args.baseline) if args.baseline else {}
+    bad = fell = 0
+    current = []
     for src in sorted((ROOT / "native/src/cuda").glob("*.cu")):
         for r in report(src, args.arch):
             flag = ""
+            regs = r.get("regs", 0)
+            key = f"{src.name} {r['kernel'].replace(' ', '')}"
+            current.append(f"{key} {regs}")
             if r["spill_st"] or r["spill_ld"] or (r["stack"] and not args.allow_stack):
                 flag, bad = "  <-- local memory", bad + 1
-            print(f"{src.name:14s} {r['kernel']:40s} regs {r.get('regs', 0):3d}  stack {r['stack']:4d}  "
+            if key in base and warps_per_sm(regs) < warps_per_sm(base[key]):
+                flag, fell = flag + f"  <-- registers {base[key]} -> {regs}: " \
+                    f"{warps_per_sm(base[key])} -> {warps_per_sm(regs)} warps per SM", fell + 1
+            print(f"{src.name:14s} {r['kernel']:40s} regs {regs:3d}  stack {r['stack']:4d}  "
                   f"spills {r['spill_st']}/{r['spill_ld']}{flag}")
+    if args.write_baseline:
+        args.write_baseline.write_text(
+            f"# tools/ptxas_report.py --write-baseline (sm_{args.arch}): kernel instance, registers\n"
+            + "\n".join(current) + "\n")
     if bad:
         print(f"{bad} kernel(s) use local memory", file=sys.stderr)
-        return 1
-    return 0
+    if fell:
+        print(f"{fell} kernel(s) hold fewer warps per SM than {args.baseline}; if intended (timed on "
+              f"the GPU), refresh it with --write-baseline", file=sys.stderr)
+    return 1 if bad or fell else 0
 
 
 if __name__ == "__main__":
