@@ -46,7 +46,7 @@ def decode_config(rt: int, warps: int, unroll: int, stages: int, blocks: int = 0
     """A pq2_decode_config (cffi struct) for explicit launches (tuning, tests).
 
     family: 0 / "stream" (shared-memory ring, planes and tiles) or 1 / "rowblock" (one block
-    per row block, tiles only); see pq2.h.
+    per row block; planes and tiles); see pq2.h.
     """
     ffi, _ = _native.load()
     c = ffi.new("pq2_decode_config *")

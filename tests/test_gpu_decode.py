@@ -184,6 +184,32 @@ ROWBLOCK_BY_TOKS = {1: [(2, 8, 2, 2), (2, 8, 1, 4)], 8: [(2, 8, 2, 2), (2, 4, 2,
                     16: [(2, 8, 2, 1), (2, 8, 1, 4)]}
 
 
+# planes: (rt, warps, unroll, stages) of register kernels compiled for the planes layout
+ROWBLOCK_PLANES_BY_TOKS = {1: [(2, 8, 1, 2), (1, 16, 1, 1)], 8: [(2, 8, 2, 2), (1, 4, 2, 1)],
+                           16: [(2, 8, 1, 1), (1, 8, 2, 2)]}
+
+
+@pytest.mark.parametrize("name", list(MODEL_SHAPES))
+def test_rowblock_planes_model_shapes(name):
+    """The row-block family on the planes layout, every model shape and every M."""
+    shape = MODEL_SHAPES[name]
+    for m in ALL_M:
+        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
+        for rt, warps, unroll, stages in ROWBLOCK_PLANES_BY_TOKS[1 if m == 1 else 8 if m <= 8 else 16]:
+            cfg = decode_config(rt, warps, unroll, stages, 0, "rowblock")
+            check_matmul(shape, m, dtype, "planes", 0, cfg=cfg, seed=m)
+
+
+@pytest.mark.parametrize("shape", list(ODD_SHAPES.values()), ids=list(ODD_SHAPES))
+def test_rowblock_planes_odd_shapes(shape):
+    """Planes rows past n (no padding in that layout) are clamped on load and never stored."""
+    for m in ALL_M:
+        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
+        for rt, warps, unroll, stages in ROWBLOCK_PLANES_BY_TOKS[1 if m == 1 else 8 if m <= 8 else 16]:
+            cfg = decode_config(rt, warps - 1, unroll, stages, 0, "rowblock")
+            check_matmul(shape, m, dtype, "planes", 0, content="random", cfg=cfg, seed=m)
+
+
 @pytest.mark.parametrize("name", list(MODEL_SHAPES))
 def test_rowblock_model_shapes(name):
     """The row-block family on every model shape and every M (tiles rt 2, explicit config)."""
@@ -316,7 +342,7 @@ def test_bad_arguments_return_status():
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 17, 2, 2, 0, "rowblock")))
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "warps=17" in e.message
     pl = weights((1000, 640), "random", "planes", 0)[2]
-    e = status_of(lambda: pl.matmul(x, cfg=decode_config(2, 4, 2, 2, 0, "rowblock")))
+    e = status_of(lambda: pl.matmul(x, cfg=decode_config(2, 4, 2, 3, 0, "rowblock")))  # ring: tiles only
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "tiles layout only" in e.message
     st = _lib.pq2_matmul_cuda(w.struct(), _ffi.NULL, 0, _ffi.NULL, 0, 1, _ffi.NULL, _ffi.NULL, 0,
                               _ffi.NULL)

@@ -34,9 +34,12 @@ def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock
         warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
         for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
             yield (rt, w, u, s, 0, 0)
-    if "rowblock" in families and layout == "tiles":  # one block per row block, tiles only
+    if "rowblock" in families and layout == "tiles":  # one block per row block
         for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2, 3, 4, 6)):
             yield (layout_rt, w, u, s, 0, 1)
+    if "rowblock" in families and layout == "planes":  # register kernels only (no ring)
+        for rt, w, u, s in itertools.product((1, 2), (2, 4, 8, 16), (1, 2), (1, 2)):
+            yield (rt, w, u, s, 0, 1)
 
 
 def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "rowblock")):

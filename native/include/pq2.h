@@ -175,7 +175,8 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
  * family PQ2_DECODE_STREAM: every warp streams an equal contiguous range of units through a
  *   shared-memory ring (planes and tiles layouts).
  * family PQ2_DECODE_ROWBLOCK: one block per row block of 16*rt rows, its warps splitting the
- *   groups in batches of `unroll` units and summing in shared memory (tiles only). */
+ *   groups in batches of `unroll` units and summing in shared memory (planes and tiles; the
+ *   bulk-copy ring of stages 3..8 reads tiles only). */
 #define PQ2_DECODE_STREAM 0
 #define PQ2_DECODE_ROWBLOCK 1
 typedef struct pq2_decode_config {

@@ -1,4 +1,4 @@
-// decode_rowblock.cu - the row-block decode family (TILES layout, M = 1..16): one block per row
+// decode_rowblock.cu - the row-block decode family (M = 1..16): one block per row
 // block of 16*RT rows, its warps splitting the row block's 128-groups, codes loaded straight
 // into registers, partial sums reduced in shared memory in warp order.
 //
@@ -117,6 +117,70 @@ __device__ __forceinline__ void load_batch(batch<RT, U> &b, const uint8_t *codes
                 b.scales[u][r] = ld_stream4(scales + (u * RT + r) * 8);
             }
 }
+
+// Where a lane's weight bytes come from. TILES: the units are one contiguous stream (unit u at
+// u*RT*512 code bytes, u*RT*8 scale words). PLANES: per sub-tile the lane's two rows of the code
+// plane (8 bytes of each per group) and of the fp16 scale plane; rows past n re-read row n-1
+// (their results are never stored).
+template <int LAYOUT, int RT, int U>
+struct weight_src;
+
+template <int RT, int U>
+struct weight_src<PQ2_LAYOUT_TILES, RT, U> {
+    const uint8_t *codes;     // + lane*16
+    const uint32_t *scales;   // + gid
+    __device__ weight_src(const pq2_decode_problem &p, size_t unit0, int g_begin, int lane)
+        : codes(p.codes + unit0 * (RT * 512) + lane * 16),
+          scales(reinterpret_cast<const uint32_t *>(p.wscales) + unit0 * (RT * 8) + (lane >> 2))
+    {
+        (void)g_begin;
+    }
+    // Units [i, i+n) of the warp's range into b.
+    __device__ __forceinline__ void load(batch<RT, U> &b, int i, int n) const
+    {
+        load_batch<RT, U>(b, codes + (size_t)i * (RT * 512), scales + i * (RT * 8), n);
+    }
+};
+
+__device__ __forceinline__ uint2 ld_stream8(const uint8_t *p)
+{
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
+
+template <int RT, int U>
+struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
+    const uint8_t *codes[RT][2];    // rows gid, gid+8 of sub-tile r, + g_begin*32 + tq*8
+    const uint16_t *scales[RT][2];  // the same rows, + g_begin
+    __device__ weight_src(const pq2_decode_problem &p, size_t unit0, int g_begin, int lane)
+    {
+        (void)unit0;
+        const int G = (int)(p.k >> 7);
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int64_t row = min((int64_t)blockIdx.x * (16 * RT) + r * 16 + (lane >> 2) + h * 8, p.n - 1);
+                codes[r][h] = p.codes + row * (p.k >> 2) + g_begin * 32 + (lane & 3) * 8;
+                scales[r][h] = p.wscales + row * G + g_begin;
+            }
+    }
+    __device__ __forceinline__ void load(batch<RT, U> &b, int i, int n) const
+    {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+                if (u < n) {
+                    const uint2 lo = ld_stream8(codes[r][0] + (i + u) * 32);
+                    const uint2 hi = ld_stream8(codes[r][1] + (i + u) * 32);
+                    b.codes[u][r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+                    // Scales are 2 bytes per row and group: L1-cached, the next groups' share the sector.
+                    b.scales[u][r] = (uint32_t)__ldg(scales[r][0] + i + u) | ((uint32_t)__ldg(scales[r][1] + i + u) << 16);
+                }
+    }
+};
 
 // Per-lane activation addressing: B fragments of token min(nt*8+gid, m-1) and d_x, sums of the
 // tokens of this lane's C columns, min(nt*8+2tq+j, m-1).
@@ -301,7 +365,7 @@ __device__ __forceinline__ void zero_acc(float (&acc)[RT][NT][4])
 }
 
 // stages 1 and 2: register batches.
-template <int RT, int U, int TOKS, int STAGES>
+template <int LAYOUT, int RT, int U, int TOKS, int STAGES>
 __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
 {
     extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
@@ -311,11 +375,10 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     const int G = (int)(p.k >> 7);
     const warp_split ws = split_of(G, warp, warps);
     const int g_begin = ws.g_begin, len = ws.len;
-    const uint8_t *codes = p.codes + ws.unit0 * (RT * 512) + lane * 16;
-    const uint32_t *scales = reinterpret_cast<const uint32_t *>(p.wscales) + ws.unit0 * (RT * 8) + (lane >> 2);
+    const weight_src<LAYOUT, RT, U> src(p, ws.unit0, g_begin, lane);
 
     batch<RT, U> b0, b1;
-    if (len > 0) load_batch<RT, U>(b0, codes, scales, min(len, U));
+    if (len > 0) src.load(b0, 0, min(len, U));
     pdl_wait();
     const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
     float acc[RT][NT][4];
@@ -323,19 +386,16 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
 
     if constexpr (STAGES == 1) {
         for (int i = 0; i < len; i += U) {
-            if (i > 0) load_batch<RT, U>(b0, codes + (size_t)i * (RT * 512), scales + i * (RT * 8), min(len - i, U));
+            if (i > 0) src.load(b0, i, min(len - i, U));
             compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
         }
     } else {
         // Ping-pong between two register sets: no copies between iterations.
         for (int i = 0; i < len; i += 2 * U) {
-            if (i + U < len)
-                load_batch<RT, U>(b1, codes + (size_t)(i + U) * (RT * 512), scales + (i + U) * (RT * 8), min(len - i - U, U));
+            if (i + U < len) src.load(b1, i + U, min(len - i - U, U));
             compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
             if (i + U >= len) break;
-            if (i + 2 * U < len)
-                load_batch<RT, U>(b0, codes + (size_t)(i + 2 * U) * (RT * 512), scales + (i + 2 * U) * (RT * 8),
-                                  min(len - i - 2 * U, U));
+            if (i + 2 * U < len) src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
             compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
         }
     }
@@ -420,15 +480,22 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 }
 
 // ---- instances ------------------------------------------------------------------------------
-// RT (sub-tiles per unit, = the layout's rt) x U (units per batch) x TOKS (1: m == 1; 8: m <= 8;
-// 16: m <= 16) x STAGES (1: load then compute; 2: next batch loads during this one). Only the
-// combinations ptxas compiles without spills (tools/ptxas_report.py; batches of at most 4
-// sub-tiles); rt 4 serves m <= 8 (larger m goes to the stream family).
-#define PQ2_ROWBLOCK_ALL_TOKS(X, R, U) X(R, U, 1, 1) X(R, U, 8, 1) X(R, U, 16, 1) X(R, U, 1, 2) X(R, U, 8, 2) X(R, U, 16, 2)
-#define PQ2_ROWBLOCK_LEAN_16(X, R, U) X(R, U, 1, 1) X(R, U, 8, 1) X(R, U, 16, 1) X(R, U, 1, 2) X(R, U, 8, 2)
-#define PQ2_ROWBLOCK_INSTANCES(X)                                                       \
-    PQ2_ROWBLOCK_ALL_TOKS(X, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, 1, 2) PQ2_ROWBLOCK_LEAN_16(X, 1, 4) \
-    PQ2_ROWBLOCK_LEAN_16(X, 2, 1) PQ2_ROWBLOCK_LEAN_16(X, 2, 2) X(4, 1, 1, 1) X(4, 1, 8, 1) X(4, 1, 8, 2)
+// Register kernels: layout x RT (sub-tiles per unit; TILES: = the layout's rt) x U (units per
+// batch) x TOKS (1: m == 1; 8: m <= 8; 16: m <= 16) x STAGES (1: load then compute; 2: next batch
+// loads during this one). Only the combinations ptxas compiles without spills
+// (tools/ptxas_report.py; batches of at most 4 sub-tiles); tiles rt 4 serves m <= 8 (larger m
+// goes to the stream family).
+#define PQ2_ROWBLOCK_ALL_TOKS(X, L, R, U) X(L, R, U, 1, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) X(L, R, U, 1, 2) X(L, R, U, 8, 2) X(L, R, U, 16, 2)
+#define PQ2_ROWBLOCK_LEAN_16(X, L, R, U) X(L, R, U, 1, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) X(L, R, U, 1, 2) X(L, R, U, 8, 2)
+#define PQ2_ROWBLOCK_INSTANCES(X)                                                                        \
+    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 2)     \
+    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 1, 4) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1)       \
+    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 1, 1)                      \
+    X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 2)                                      \
+    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)   \
+    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 1, 2)   \
+    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)  \
+    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 
 // The ring kernels (stages >= 3): RT x U (units per slot) x TOKS, slots of at most 4 sub-tiles;
 // rt 4 serves m <= 8 (spills at 16).
@@ -440,11 +507,11 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 using rowblock_fn = void (*)(const pq2_decode_problem);
 using ring_fn = void (*)(const pq2_decode_problem, int);
 
-rowblock_fn find_rowblock(int32_t rt, int32_t unroll, int64_t m, int32_t stages)
+rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages)
 {
     const int toks = pq2_decode_tokens_class(m);
-#define PQ2_MATCH(R, U, T, S) \
-    if (rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<R, U, T, S>;
+#define PQ2_MATCH(L, R, U, T, S) \
+    if (layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S>;
     PQ2_ROWBLOCK_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
     return nullptr;
@@ -460,10 +527,10 @@ ring_fn find_ring(int32_t rt, int32_t unroll, int64_t m)
     return nullptr;
 }
 
-bool has_instance(const pq2_decode_config &cfg, int64_t m)
+bool has_instance(const pq2_decode_config &cfg, int32_t layout, int64_t m)
 {
     return cfg.stages >= 3 ? find_ring(cfg.rt, cfg.unroll, m) != nullptr
-                           : find_rowblock(cfg.rt, cfg.unroll, m, cfg.stages) != nullptr;
+                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages) != nullptr;
 }
 
 }  // namespace
@@ -480,13 +547,18 @@ size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m)
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
                                      int32_t layout_rt, int64_t m, int cc, int max_smem)
 {
-    if (layout != PQ2_LAYOUT_TILES)
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: config family=%d (row block) reads the tiles layout only",
-                             fn, (int)cfg.family);
-    if (cfg.rt != layout_rt)
+    if (layout != PQ2_LAYOUT_TILES && layout != PQ2_LAYOUT_PLANES)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: the row block family reads the planes or tiles layout", fn);
+    if (layout == PQ2_LAYOUT_PLANES && cfg.stages >= 3)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                             "%s: config stages=%d: the row block family's bulk-copy ring reads the tiles layout "
+                             "only (planes: stages 1 or 2)", fn, (int)cfg.stages);
+    if (layout == PQ2_LAYOUT_TILES && cfg.rt != layout_rt)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config rt=%d must equal the tile-major layout's rt=%d", fn,
                              (int)cfg.rt, (int)layout_rt);
+    if (cfg.rt != 1 && cfg.rt != 2 && cfg.rt != 4)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config rt=%d is not 1, 2 or 4", fn, (int)cfg.rt);
     if (cfg.warps < 1 || cfg.warps > 16)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config warps=%d is not in 1..16 (row block family)",
                              fn, (int)cfg.warps);
@@ -510,17 +582,17 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
                              "%s: config warps=%d unroll=%d stages=%d rt=%d needs %zu bytes of shared "
                              "memory per block; the device allows %d",
                              fn, (int)cfg.warps, (int)cfg.unroll, (int)cfg.stages, (int)cfg.rt, smem, max_smem);
-    if (!has_instance(cfg, m))
+    if (!has_instance(cfg, layout, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: no compiled row-block kernel for rt=%d unroll=%d stages=%d m=%lld", fn,
-                             (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages, (long long)m);
+                             "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d m=%lld", fn,
+                             pq2_layout_name(layout), (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages, (long long)m);
     return PQ2_OK;
 }
 
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
-#define PQ2_ATTR(R, U, T, S) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<R, U, T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
+#define PQ2_ATTR(L, R, U, T, S) \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
     PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
 #define PQ2_ATTR(R, U, T)                                                                                       \
@@ -542,6 +614,6 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
     if (cfg.stages >= 3)
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
     else
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(cfg.rt, cfg.unroll, p.m, cfg.stages), p));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages), p));
     return pq2_launch_status(fn);
 }
