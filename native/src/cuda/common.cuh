@@ -32,7 +32,7 @@ static inline pq2_status pq2_launch_status(const char *fn)
 
 // One kernel launch configuration. pdl: launch as a programmatic dependent of the preceding
 // kernel of the stream (Hopper; a no-op attribute elsewhere): the kernel may start while that one
-// finishes and must execute griddepcontrol.wait before reading what it wrote. Used in place
+// finishes and must call pq2_pdl_handoff() before reading what it wrote. Used in place
 // (cfg points at attr): pq2_launch l(...); cudaLaunchKernelEx(&l.cfg, kernel, args...).
 struct pq2_launch {
     cudaLaunchConfig_t cfg;
@@ -53,6 +53,18 @@ struct pq2_launch {
     pq2_launch(const pq2_launch &) = delete;
     pq2_launch &operator=(const pq2_launch &) = delete;
 };
+
+// Programmatic dependent launch, the device side (sm_90; nothing before): lets the next kernel
+// of the stream launch now (it must itself wait before touching what this grid writes), then
+// waits until the preceding grid has finished and its writes are visible. A kernel does work
+// that reads nothing the preceding grid writes (weight streaming) before calling this.
+__device__ __forceinline__ void pq2_pdl_handoff()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;");
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
 
 static inline bool pq2_aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 

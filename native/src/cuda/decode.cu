@@ -337,14 +337,11 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const pq2_decode_problem
         }
         cp_async_commit();
     }
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // Launched as a programmatic dependent of the quantiser (pq2_matmul_cuda): the weight copies
     // above overlap it (and the end of the kernel before it); the activations, counters and
-    // workspace are touched only after this wait. The next call's quantiser may launch now: it
+    // workspace are touched only after this. The next call's quantiser may launch now: it
     // waits for this grid before touching anything.
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    pq2_pdl_handoff();
 
     act_lane<NT> A;
     {

@@ -45,9 +45,11 @@ pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
                              const pq2_decode_config &cfg, int64_t blocks, bool after_kernel,
                              cudaStream_t stream);
 
-// ---- the row-block family (decode_rowblock.cu; TILES only, no workspace beyond the Q8 data) ----
+// ---- the row-block family (decode_rowblock.cu; planes and tiles, no workspace beyond the Q8
+// data) ----
 
-// Shared memory of one row-block launch (the cross-warp reduction).
+// Shared memory of one row-block launch (the cross-warp reduction; with stages >= 3 also the
+// warps' rings).
 size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m);
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin);
 // PQ2_OK when the row-block family has an instance for cfg with this layout and m that fits the

@@ -293,17 +293,6 @@ __device__ __forceinline__ warp_split split_of(int G, int warp, int warps)
     return w;
 }
 
-__device__ __forceinline__ void pdl_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    // Launched as a programmatic dependent of the quantiser: the weight loads issued before this
-    // overlap it; activations are read and y written only after it. The next call's quantiser
-    // may launch now (it waits for this grid before touching anything).
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 template <int NT, int NJ>
 __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &p, int G, int lane)
 {
@@ -379,7 +368,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
 
     batch<RT, U> b0, b1;
     if (len > 0) src.load(b0, 0, min(len, U));
-    pdl_wait();
+    pq2_pdl_handoff();  // the quantiser's outputs are read only after this
     const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
     float acc[RT][NT][4];
     zero_acc(acc);
@@ -446,7 +435,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
             issue_slot<RT, U>(ring, bars, stages, i, len, src_codes, src_scales);
     }
     __syncwarp();
-    pdl_wait();
+    pq2_pdl_handoff();  // the quantiser's outputs are read only after this
     const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
     float acc[RT][NT][4];
     zero_acc(acc);

@@ -34,14 +34,11 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
                    float *__restrict__ scales, int32_t *__restrict__ sums,
                    uint32_t *__restrict__ zero, int32_t n_zero)
 {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     // Programmatic dependent launch, both ways. This grid may start before the previous kernel
     // of the stream ends (it is launched as its dependent): it reads x and touches the workspace
-    // only after the wait below. The matmul that follows may start now: it streams weights and
-    // waits for this grid before reading what it writes.
-    asm volatile("griddepcontrol.launch_dependents;");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
+    // only after this. The matmul that follows may start now: it streams weights and waits for
+    // this grid before reading what it writes.
+    pq2_pdl_handoff();
     // The matmul's arrival counters live in the same workspace: clearing them here, in the launch
     // that precedes the matmul, makes every call independent of the last one.
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_zero; i += gridDim.x * blockDim.x)
