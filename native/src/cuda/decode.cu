@@ -449,8 +449,8 @@ pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin)
     return PQ2_OK;
 }
 
-pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                   int32_t layout_rt, int64_t m, int64_t k, int max_smem)
+pq2_status pq2_decode_check_shape(const char *fn, const pq2_decode_config &cfg, int32_t layout,
+                                  int32_t layout_rt, int max_warps)
 {
     if (layout == PQ2_LAYOUT_TILES && cfg.rt != layout_rt)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
@@ -458,10 +458,28 @@ pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg,
                              (int)cfg.rt, (int)layout_rt);
     if (cfg.rt != 1 && cfg.rt != 2 && cfg.rt != 4)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config rt=%d is not 1, 2 or 4", fn, (int)cfg.rt);
-    if (cfg.warps < 1 || cfg.warps > 8)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config warps=%d is not in 1..8", fn, (int)cfg.warps);
+    if (cfg.warps < 1 || cfg.warps > max_warps)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config warps=%d is not in 1..%d", fn, (int)cfg.warps,
+                             max_warps);
     if (cfg.unroll != 1 && cfg.unroll != 2 && cfg.unroll != 4)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config unroll=%d is not 1, 2 or 4", fn, (int)cfg.unroll);
+    return PQ2_OK;
+}
+
+pq2_status pq2_decode_check_smem(const char *fn, const pq2_decode_config &cfg, size_t smem, int max_smem)
+{
+    if (smem > (size_t)max_smem)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                             "%s: config warps=%d unroll=%d stages=%d rt=%d needs %zu bytes of shared "
+                             "memory per block; the device allows %d",
+                             fn, (int)cfg.warps, (int)cfg.unroll, (int)cfg.stages, (int)cfg.rt, smem, max_smem);
+    return PQ2_OK;
+}
+
+pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
+                                   int32_t layout_rt, int64_t m, int64_t k, int max_smem)
+{
+    PQ2_CHECK(pq2_decode_check_shape(fn, cfg, layout, layout_rt, 8));
     if ((k >> 7) % cfg.unroll != 0)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config unroll=%d must divide k/128=%lld (chunks never straddle rows)",
@@ -470,12 +488,7 @@ pq2_status pq2_decode_check_config(const char *fn, const pq2_decode_config &cfg,
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config stages=%d is not in 2..8", fn, (int)cfg.stages);
     if (cfg.blocks < 0)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config blocks=%d is negative", fn, (int)cfg.blocks);
-    const size_t smem = ring_bytes(cfg, layout);
-    if (smem > (size_t)max_smem)
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: config warps=%d unroll=%d stages=%d rt=%d needs %zu bytes of shared "
-                             "memory per block; the device allows %d",
-                             fn, (int)cfg.warps, (int)cfg.unroll, (int)cfg.stages, (int)cfg.rt, smem, max_smem);
+    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, ring_bytes(cfg, layout), max_smem));
     if (!find_instance(layout, cfg.rt, cfg.unroll, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: no compiled decode kernel for layout %s rt=%d m=%lld",
                              fn, pq2_layout_name(layout), (int)cfg.rt, (long long)m);

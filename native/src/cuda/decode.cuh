@@ -25,6 +25,13 @@ static inline int64_t pq2_decode_row_blocks(int64_t n, int32_t rt) { return (n +
 // One-time per device: lets every decode kernel use up to max_smem_optin bytes of shared memory.
 pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin);
 
+// The checks both families make: rt (equal to a tile-major layout's; 1, 2 or 4), warps in
+// 1..max_warps, unroll 1, 2 or 4. PQ2_OK or an error naming the value.
+pq2_status pq2_decode_check_shape(const char *fn, const pq2_decode_config &cfg, int32_t layout,
+                                  int32_t layout_rt, int max_warps);
+// PQ2_ERR_UNSUPPORTED naming cfg when a launch needs more than max_smem bytes of shared memory.
+pq2_status pq2_decode_check_smem(const char *fn, const pq2_decode_config &cfg, size_t smem, int max_smem);
+
 // PQ2_OK when the family has an instance for cfg with this layout and m that fits in max_smem
 // bytes of shared memory per block and whose unroll divides k/128, else an error naming the
 // values.

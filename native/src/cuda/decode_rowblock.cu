@@ -542,17 +542,7 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d: the row block family's bulk-copy ring reads the tiles layout "
                              "only (planes: stages 1 or 2)", fn, (int)cfg.stages);
-    if (layout == PQ2_LAYOUT_TILES && cfg.rt != layout_rt)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: config rt=%d must equal the tile-major layout's rt=%d", fn,
-                             (int)cfg.rt, (int)layout_rt);
-    if (cfg.rt != 1 && cfg.rt != 2 && cfg.rt != 4)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config rt=%d is not 1, 2 or 4", fn, (int)cfg.rt);
-    if (cfg.warps < 1 || cfg.warps > 16)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config warps=%d is not in 1..16 (row block family)",
-                             fn, (int)cfg.warps);
-    if (cfg.unroll != 1 && cfg.unroll != 2 && cfg.unroll != 4)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config unroll=%d is not 1, 2 or 4", fn, (int)cfg.unroll);
+    PQ2_CHECK(pq2_decode_check_shape(fn, cfg, layout, layout_rt, 16));
     if (cfg.stages < 1 || cfg.stages > 8)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config stages=%d is not in 1..8 (row block family: 1-2 register batches, "
@@ -565,12 +555,7 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d (bulk-copy ring) needs compute capability 9.0; this device "
                              "has %d.%d (use stages 1 or 2)", fn, (int)cfg.stages, cc / 10, cc % 10);
-    const size_t smem = pq2_rowblock_smem(cfg, m);
-    if (smem > (size_t)max_smem)
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: config warps=%d unroll=%d stages=%d rt=%d needs %zu bytes of shared "
-                             "memory per block; the device allows %d",
-                             fn, (int)cfg.warps, (int)cfg.unroll, (int)cfg.stages, (int)cfg.rt, smem, max_smem);
+    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m), max_smem));
     if (!has_instance(cfg, layout, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d m=%lld", fn,
