@@ -189,36 +189,31 @@ ROWBLOCK_PLANES_BY_TOKS = {1: [(2, 8, 1, 2), (1, 16, 1, 1)], 8: [(2, 8, 2, 2), (
                            16: [(2, 8, 1, 1), (1, 8, 2, 2)]}
 
 
+def check_rowblock_every_m(shape, layout, layout_rt, by_toks, content="ternary", warps_delta=0):
+    """Every M in 1..16 with each row-block configuration of its token class (by_toks)."""
+    for m in ALL_M:
+        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
+        for rt, warps, unroll, stages in by_toks[1 if m == 1 else 8 if m <= 8 else 16]:
+            cfg = decode_config(rt, warps + warps_delta, unroll, stages, 0, "rowblock")
+            check_matmul(shape, m, dtype, layout, layout_rt, content=content, cfg=cfg, seed=m)
+
+
 @pytest.mark.parametrize("name", list(MODEL_SHAPES))
 def test_rowblock_planes_model_shapes(name):
     """The row-block family on the planes layout, every model shape and every M."""
-    shape = MODEL_SHAPES[name]
-    for m in ALL_M:
-        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
-        for rt, warps, unroll, stages in ROWBLOCK_PLANES_BY_TOKS[1 if m == 1 else 8 if m <= 8 else 16]:
-            cfg = decode_config(rt, warps, unroll, stages, 0, "rowblock")
-            check_matmul(shape, m, dtype, "planes", 0, cfg=cfg, seed=m)
+    check_rowblock_every_m(MODEL_SHAPES[name], "planes", 0, ROWBLOCK_PLANES_BY_TOKS)
 
 
 @pytest.mark.parametrize("shape", list(ODD_SHAPES.values()), ids=list(ODD_SHAPES))
 def test_rowblock_planes_odd_shapes(shape):
     """Planes rows past n (no padding in that layout) are clamped on load and never stored."""
-    for m in ALL_M:
-        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
-        for rt, warps, unroll, stages in ROWBLOCK_PLANES_BY_TOKS[1 if m == 1 else 8 if m <= 8 else 16]:
-            cfg = decode_config(rt, warps - 1, unroll, stages, 0, "rowblock")
-            check_matmul(shape, m, dtype, "planes", 0, content="random", cfg=cfg, seed=m)
+    check_rowblock_every_m(shape, "planes", 0, ROWBLOCK_PLANES_BY_TOKS, content="random", warps_delta=-1)
 
 
 @pytest.mark.parametrize("name", list(MODEL_SHAPES))
 def test_rowblock_model_shapes(name):
     """The row-block family on every model shape and every M (tiles rt 2, explicit config)."""
-    shape = MODEL_SHAPES[name]
-    for m in ALL_M:
-        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
-        for rt, warps, unroll, stages in ROWBLOCK_BY_TOKS[1 if m == 1 else 8 if m <= 8 else 16]:
-            cfg = decode_config(rt, warps, unroll, stages, 0, "rowblock")
-            check_matmul(shape, m, dtype, "tiles", rt, cfg=cfg, seed=m)
+    check_rowblock_every_m(MODEL_SHAPES[name], "tiles", 2, ROWBLOCK_BY_TOKS)
 
 
 @pytest.mark.parametrize("kind", ["zero", "huge", "outliers"])

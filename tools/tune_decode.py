@@ -12,7 +12,6 @@ Rebuild libpq2 afterwards: the table is compiled in.
 from __future__ import annotations
 
 import argparse
-import datetime
 import itertools
 import json
 import sys
@@ -22,7 +21,7 @@ import torch
 from bench_decode import SHAPES, copies_for, environment, pq2_bytes, resident, time_pq2
 from pyq2 import _native
 from pyq2.errors import Pq2Error
-from pyq2.gpu import CONFIG_FIELDS, decode_config
+from pyq2.gpu import CONFIG_FIELDS, FAMILIES, decode_config
 
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 
@@ -71,7 +70,7 @@ def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "row
     return entries, rows
 
 
-FAMILY_NAMES = {0: "STREAM", 1: "ROWBLOCK"}
+FAMILY_NAMES = {v: k.upper() for k, v in FAMILIES.items()}  # the table macro's names
 
 
 def render_table(entries, env, keep=()):
