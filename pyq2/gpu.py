@@ -46,7 +46,8 @@ def decode_config(rt: int, warps: int, unroll: int, stages: int, blocks: int = 0
     """A pq2_decode_config (cffi struct) for explicit launches (tuning, tests).
 
     family: 0 / "stream" (shared-memory ring, planes and tiles) or 1 / "rowblock" (one block
-    per row block; planes and tiles); see pq2.h.
+    per row block; planes and tiles; with blocks > 0 and tiles, a persistent grid of at most
+    blocks * SMs blocks looping over row blocks); see pq2.h.
     """
     ffi, _ = _native.load()
     c = ffi.new("pq2_decode_config *")

@@ -189,13 +189,32 @@ ROWBLOCK_PLANES_BY_TOKS = {1: [(2, 8, 1, 2), (1, 16, 1, 1)], 8: [(2, 8, 2, 2), (
                            16: [(2, 8, 1, 1), (1, 8, 2, 2)]}
 
 
-def check_rowblock_every_m(shape, layout, layout_rt, by_toks, content="ternary", warps_delta=0):
-    """Every M in 1..16 with each row-block configuration of its token class (by_toks)."""
-    for m in ALL_M:
+def check_rowblock_every_m(shape, layout, layout_rt, by_toks, content="ternary", warps_delta=0, ms=ALL_M):
+    """Every M in ms with each row-block configuration of its token class (by_toks):
+    (rt, warps, unroll, stages) or (rt, warps, unroll, stages, blocks)."""
+    for m in ms:
         dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
-        for rt, warps, unroll, stages in by_toks[1 if m == 1 else 8 if m <= 8 else 16]:
-            cfg = decode_config(rt, warps + warps_delta, unroll, stages, 0, "rowblock")
+        for rt, warps, unroll, stages, *blocks in by_toks[1 if m == 1 else 8 if m <= 8 else 16]:
+            cfg = decode_config(rt, warps + warps_delta, unroll, stages, blocks[0] if blocks else 0, "rowblock")
             check_matmul(shape, m, dtype, layout, layout_rt, content=content, cfg=cfg, seed=m)
+
+
+# persistent grids, (warps, unroll, stages, blocks per SM); rt = the layout's
+ROWBLOCK_PERSIST_BY_TOKS = {1: [(16, 1, 1, 1), (4, 1, 2, 3)], 8: [(8, 1, 1, 1), (2, 1, 1, 2)],
+                            16: [(8, 1, 1, 1), (4, 2, 1, 2)]}
+
+
+@pytest.mark.parametrize("rt", [1, 2, 4])
+@pytest.mark.parametrize("shape", [(9001, 640), (5120, 6144), (100, 5248), (1, 128)],
+                         ids=["n9001_k640", "out", "n100_k5248", "n1_k128"])
+def test_rowblock_persistent_every_m(shape, rt):
+    """config blocks > 0: a grid of at most blocks * SMs blocks, each looping over row blocks
+    (n9001 and out have more row blocks than that grid; the small ones fewer)."""
+    by_toks = {t: [(rt,) + c for c in cfgs] for t, cfgs in ROWBLOCK_PERSIST_BY_TOKS.items()}
+    if rt == 4:  # rt 4 persistent kernels: unroll 1, stages 1, m <= 8
+        by_toks = {t: [c for c in cfgs if c[2:4] == (1, 1)] for t, cfgs in by_toks.items()}
+    check_rowblock_every_m(shape, "tiles", rt, by_toks, content="random",
+                           ms=ALL_M if rt < 4 else range(1, 9))
 
 
 @pytest.mark.parametrize("name", list(MODEL_SHAPES))
@@ -237,6 +256,9 @@ CONFIGS = [(rt, warps, unroll, stages, blocks, 0)
 ROWBLOCK_CONFIGS = [(rt, warps, unroll, stages, 0, 1)
                     for rt in (1, 2, 4) for warps in (1, 3, 16) for unroll in (1, 2, 4)
                     for stages in (1, 2, 3, 5)]
+ROWBLOCK_CONFIGS += [(rt, warps, unroll, stages, 1, 1)  # persistent grids (tiles)
+                     for rt in (1, 2, 4) for warps in (1, 3, 16) for unroll in (1, 2, 4)
+                     for stages in (1, 2)]
 
 
 @pytest.mark.parametrize("m", [1, 7, 9, 16])
@@ -328,15 +350,19 @@ def test_bad_arguments_return_status():
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "shared memory" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 4, 0, 2)))
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "family=2" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 2, 5, "rowblock")))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "blocks=5" in e.message
+    pl = weights((1000, 640), "random", "planes", 0)[2]
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 2, 33, "rowblock")))
+    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "blocks=33" in e.message
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 4, 2, "rowblock")))  # ring: one block per row block
+    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "blocks=2" in e.message
+    e = status_of(lambda: pl.matmul(x, cfg=decode_config(2, 4, 1, 1, 1, "rowblock")))  # persistent: tiles only
+    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "persistent" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 9, 0, "rowblock")))
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "stages=9" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 16, 2, 8, 0, "rowblock")))  # 16*8*2*1088 B
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "shared memory" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 17, 2, 2, 0, "rowblock")))
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "warps=17" in e.message
-    pl = weights((1000, 640), "random", "planes", 0)[2]
     e = status_of(lambda: pl.matmul(x, cfg=decode_config(2, 4, 2, 3, 0, "rowblock")))  # ring: tiles only
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "tiles layout only" in e.message
     st = _lib.pq2_matmul_cuda(w.struct(), _ffi.NULL, 0, _ffi.NULL, 0, 1, _ffi.NULL, _ffi.NULL, 0,

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def demangle(name: str) -> str:
-    """decode_kernel<2, 2, 4, 1> from its mangled name (template integer arguments only)."""
+    """decode_kernel<2, 2, 4, 1> from its mangled name (template integer and bool arguments only)."""
     cut = name.find("ILi")
     if cut < 0:
         return name
@@ -39,7 +39,9 @@ def demangle(name: str) -> str:
             if any(int(prefix[a:j]) == len(ident) for a in range(i, j)):
                 base = ident
                 break
-    args = re.findall(r"Li(-?\d+)E", name[cut:name.find("EE", cut) + 1])
+    # integer (Li<n>E) and bool (Lb<0|1>E) template arguments, in order
+    args = [("true" if v == "1" else "false") if t == "b" else v
+            for t, v in re.findall(r"L([ib])(-?\d+)E", name[cut:name.find("EE", cut) + 1])]
     return f"{base}<{', '.join(args)}>"
 
 

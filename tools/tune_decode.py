@@ -26,7 +26,7 @@ from pyq2.gpu import CONFIG_FIELDS, FAMILIES, decode_config
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 
 
-def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock")):
+def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock", "persistent")):
     """Configurations to time: 6-tuples in CONFIG_FIELDS order (refused ones are skipped)."""
     rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
     if "stream" in families:
@@ -36,12 +36,16 @@ def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock
     if "rowblock" in families and layout == "tiles":  # one block per row block
         for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2, 3, 4, 6)):
             yield (layout_rt, w, u, s, 0, 1)
+    if "persistent" in families and layout == "tiles":  # register kernels on a persistent grid:
+        for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2)):  # half or all of the
+            for b in sorted({max(1, 32 // w), 64 // w}):  # blocks per SM 64 warps allow
+                yield (layout_rt, w, u, s, b, 1)
     if "rowblock" in families and layout == "planes":  # register kernels only (no ring)
         for rt, w, u, s in itertools.product((1, 2), (2, 4, 8, 16), (1, 2), (1, 2)):
             yield (rt, w, u, s, 0, 1)
 
 
-def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "rowblock")):
+def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "rowblock", "persistent")):
     entries, rows = [], []
     for name in shapes:
         n, k, _ = SHAPES[name]
@@ -124,7 +128,9 @@ def main(argv=None):
     ap.add_argument("--write", help="decode_table.inc to write")
     ap.add_argument("--json")
     ap.add_argument("--wide", action="store_true", help="the larger search space")
-    ap.add_argument("--families", default="stream,rowblock", help="kernel families to search")
+    ap.add_argument("--families", default="stream,rowblock,persistent",
+                    help="kernel families to search: stream, rowblock, persistent (row-block kernels "
+                         "on a persistent grid: config blocks > 0)")
     args = ap.parse_args(argv)
     _native.check(_native.load()[1].pq2_cuda_init())
     env = environment()

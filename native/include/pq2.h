@@ -188,7 +188,9 @@ typedef struct pq2_decode_config {
                        compute) or 3..8 (sm_90: a per-warp shared-memory ring of that many slots
                        filled by bulk copies) */
     int32_t blocks; /* STREAM: blocks in the grid, 0 = as many as fit on the device at once;
-                       ROWBLOCK: must be 0 (one block per row block) */
+                       ROWBLOCK: 0 = one block per row block; 1..32 (stages 1-2) = a persistent
+                       grid of at most that many blocks per multiprocessor, each looping over row
+                       blocks (it loads the next row block's first weights before reducing) */
     int32_t family; /* PQ2_DECODE_STREAM or PQ2_DECODE_ROWBLOCK */
 } pq2_decode_config;
 

@@ -20,7 +20,7 @@ struct pq2_decode_problem {
 static inline int pq2_decode_tokens_class(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
 
 // Row blocks (blocks along N) of a configuration: ceil(n / (16 * rt)).
-static inline int64_t pq2_decode_row_blocks(int64_t n, int32_t rt) { return (n + 16 * rt - 1) / (16 * rt); }
+__host__ __device__ inline int64_t pq2_decode_row_blocks(int64_t n, int32_t rt) { return (n + 16 * rt - 1) / (16 * rt); }
 
 // One-time per device: lets every decode kernel use up to max_smem_optin bytes of shared memory.
 pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin);
@@ -64,6 +64,10 @@ pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin);
 // naming the values.
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
                                      int32_t layout_rt, int64_t m, int cc, int max_smem);
-// Launches one block per row block (grid = ceil(n / (16*rt))).
+// The grid of cfg on a device with `sms` multiprocessors: one block per row block
+// (ceil(n / (16*rt))), or with cfg.blocks > 0 at most cfg.blocks * sms blocks that loop over the
+// row blocks.
+int64_t pq2_rowblock_grid(const pq2_decode_config &cfg, int64_t n, int sms);
+// Launches `blocks` (pq2_rowblock_grid) blocks.
 pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, const pq2_decode_config &cfg,
-                               bool after_kernel, cudaStream_t stream);
+                               int64_t blocks, bool after_kernel, cudaStream_t stream);

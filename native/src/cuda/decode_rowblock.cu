@@ -13,7 +13,7 @@
 // token instead of being predicated off, so the hot loop has no token tests; C columns >= m are
 // never stored.
 //
-// Work split: warp w of the block takes groups [w*G/W, (w+1)*G/W) of row block blockIdx.x,
+// Work split: warp w of the block takes groups [w*G/W, (w+1)*G/W) of its row block,
 // contiguous in the tile-major stream, in batches of U units (the last one shorter). How the
 // weight bytes reach the warp is the `stages` of the configuration:
 //   1  register batches: load a batch (16-byte loads), then compute it;
@@ -26,6 +26,8 @@
 #include "decode.cuh"
 
 namespace {
+
+constexpr int kMaxBlocksPerSm = 32;  // a multiprocessor holds at most 32 blocks
 
 // 16 bytes read once: no L1 allocation.
 __device__ __forceinline__ uint4 ld_stream16(const uint8_t *p)
@@ -129,11 +131,12 @@ template <int RT, int U>
 struct weight_src<PQ2_LAYOUT_TILES, RT, U> {
     const uint8_t *codes;     // + lane*16
     const uint32_t *scales;   // + gid
-    __device__ weight_src(const pq2_decode_problem &p, size_t unit0, int g_begin, int lane)
-        : codes(p.codes + unit0 * (RT * 512) + lane * 16),
-          scales(reinterpret_cast<const uint32_t *>(p.wscales) + unit0 * (RT * 8) + (lane >> 2))
+    // Row block rb, the warp's groups from g_begin: flat unit rb*G + g_begin.
+    __device__ weight_src(const pq2_decode_problem &p, int rb, int g_begin, int lane)
+        : codes(p.codes + ((size_t)rb * (size_t)(p.k >> 7) + g_begin) * (RT * 512) + lane * 16),
+          scales(reinterpret_cast<const uint32_t *>(p.wscales) + ((size_t)rb * (size_t)(p.k >> 7) + g_begin) * (RT * 8) +
+                 (lane >> 2))
     {
-        (void)g_begin;
     }
     // Units [i, i+n) of the warp's range into b.
     __device__ __forceinline__ void load(batch<RT, U> &b, int i, int n) const
@@ -153,15 +156,14 @@ template <int RT, int U>
 struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
     const uint8_t *codes[RT][2];    // rows gid, gid+8 of sub-tile r, + g_begin*32 + tq*8
     const uint16_t *scales[RT][2];  // the same rows, + g_begin
-    __device__ weight_src(const pq2_decode_problem &p, size_t unit0, int g_begin, int lane)
+    __device__ weight_src(const pq2_decode_problem &p, int rb, int g_begin, int lane)
     {
-        (void)unit0;
         const int G = (int)(p.k >> 7);
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int64_t row = min((int64_t)blockIdx.x * (16 * RT) + r * 16 + (lane >> 2) + h * 8, p.n - 1);
+                const int64_t row = min((int64_t)rb * (16 * RT) + r * 16 + (lane >> 2) + h * 8, p.n - 1);
                 codes[r][h] = p.codes + row * (p.k >> 2) + g_begin * 32 + (lane & 3) * 8;
                 scales[r][h] = p.wscales + row * G + g_begin;
             }
@@ -278,10 +280,9 @@ __device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int
     }
 }
 
-// This warp's share of the block's row block: groups [g_begin, g_begin + len).
+// This warp's share of each row block: groups [g_begin, g_begin + len).
 struct warp_split {
     int g_begin, len;
-    size_t unit0;  // flat unit index of its first unit
 };
 
 __device__ __forceinline__ warp_split split_of(int G, int warp, int warps)
@@ -289,7 +290,6 @@ __device__ __forceinline__ warp_split split_of(int G, int warp, int warps)
     warp_split w;
     w.g_begin = (int)((int64_t)warp * G / warps);
     w.len = (int)((int64_t)(warp + 1) * G / warps) - w.g_begin;
-    w.unit0 = (size_t)blockIdx.x * G + w.g_begin;
     return w;
 }
 
@@ -314,7 +314,7 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &
 // Sums the warps' accumulators in warp order (deterministic) through `red` (shared memory,
 // warps * RT * NT * 128 floats, free for this use) and stores the row block's outputs.
 template <int RT, int NT, int TOKS>
-__device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float *red, int warp, int warps,
+__device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float *red, int rb, int warp, int warps,
                                              int lane, const float (&acc)[RT][NT][4])
 {
 #pragma unroll
@@ -331,7 +331,7 @@ __device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float 
     const int outputs = TR * p.m;
     for (int e = threadIdx.x; e < outputs; e += blockDim.x) {
         const int tok = e / TR, row = e - tok * TR;
-        const int64_t n_row = (int64_t)blockIdx.x * TR + row;
+        const int64_t n_row = (int64_t)rb * TR + row;
         if (n_row >= p.n) continue;
         // Where C element (row, tok) lives: sub-tile r, lane (gid, tq), register j.
         const int r = row >> 4, rr = row & 15, nt = tok >> 3, c = tok & 7;
@@ -353,8 +353,11 @@ __device__ __forceinline__ void zero_acc(float (&acc)[RT][NT][4])
             for (int j = 0; j < 4; ++j) acc[r][nt][j] = 0.0f;
 }
 
-// stages 1 and 2: register batches.
-template <int LAYOUT, int RT, int U, int TOKS, int STAGES>
+// stages 1 and 2: register batches. PERSIST false: one row block per block (blockIdx.x).
+// PERSIST true: row blocks blockIdx.x, + gridDim.x, ... (a grid smaller than the row blocks);
+// the first batch of the next row block is loaded before this one's reduction, so the warp's
+// loads do not pause there.
+template <int LAYOUT, int RT, int U, int TOKS, int STAGES, bool PERSIST>
 __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
 {
     extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
@@ -364,31 +367,48 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     const int G = (int)(p.k >> 7);
     const warp_split ws = split_of(G, warp, warps);
     const int g_begin = ws.g_begin, len = ws.len;
-    const weight_src<LAYOUT, RT, U> src(p, ws.unit0, g_begin, lane);
+    int rb = blockIdx.x;
+    weight_src<LAYOUT, RT, U> src(p, rb, g_begin, lane);
 
     batch<RT, U> b0, b1;
     if (len > 0) src.load(b0, 0, min(len, U));
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
     const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
-    float acc[RT][NT][4];
-    zero_acc(acc);
 
-    if constexpr (STAGES == 1) {
-        for (int i = 0; i < len; i += U) {
-            if (i > 0) src.load(b0, i, min(len - i, U));
-            compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
+    for (;;) {
+        float acc[RT][NT][4];
+        zero_acc(acc);
+        if constexpr (STAGES == 1) {
+            for (int i = 0; i < len; i += U) {
+                if (i > 0) src.load(b0, i, min(len - i, U));
+                compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
+            }
+        } else {
+            // Ping-pong between two register sets: no copies between iterations.
+            for (int i = 0; i < len; i += 2 * U) {
+                if (i + U < len) src.load(b1, i + U, min(len - i - U, U));
+                compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
+                if (i + U >= len) break;
+                if (i + 2 * U < len) src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
+                compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
+            }
         }
-    } else {
-        // Ping-pong between two register sets: no copies between iterations.
-        for (int i = 0; i < len; i += 2 * U) {
-            if (i + U < len) src.load(b1, i + U, min(len - i - U, U));
-            compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
-            if (i + U >= len) break;
-            if (i + 2 * U < len) src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
-            compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
+        if constexpr (!PERSIST) {
+            reduce_store<RT, NT, TOKS>(p, red, rb, warp, warps, lane, acc);
+            return;
+        } else {
+            const int next = rb + (int)gridDim.x;
+            const bool more = next < (int)pq2_decode_row_blocks(p.n, RT);
+            if (more) {
+                src = weight_src<LAYOUT, RT, U>(p, next, g_begin, lane);
+                if (len > 0) src.load(b0, 0, min(len, U));
+            }
+            reduce_store<RT, NT, TOKS>(p, red, rb, warp, warps, lane, acc);
+            if (!more) return;
+            __syncthreads();  // every thread has read `red` before the next row block writes it
+            rb = next;
         }
     }
-    reduce_store<RT, NT, TOKS>(p, red, warp, warps, lane, acc);
 }
 
 // Bytes of one ring slot: U units of RT sub-tiles, 512 code bytes + 32 scale bytes each.
@@ -426,8 +446,9 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     const int len = ws.len, n_slots = (len + U - 1) / U;
     uint8_t *ring = smem + (size_t)warp * stages * slot::kBytes;
     uint64_t *bars = reinterpret_cast<uint64_t *>(smem + (size_t)warps * stages * slot::kBytes) + warp * stages;
-    const uint8_t *src_codes = p.codes + ws.unit0 * (RT * 512);
-    const uint8_t *src_scales = reinterpret_cast<const uint8_t *>(p.wscales) + ws.unit0 * (RT * 32);
+    const size_t unit0 = (size_t)blockIdx.x * G + ws.g_begin;  // flat index of the warp's first unit
+    const uint8_t *src_codes = p.codes + unit0 * (RT * 512);
+    const uint8_t *src_scales = reinterpret_cast<const uint8_t *>(p.wscales) + unit0 * (RT * 32);
 
     if (lane == 0) {
         for (int s = 0; s < stages; ++s) mbar_init(bars + s);
@@ -465,7 +486,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
         if (lane == 0 && i + stages < n_slots) issue_slot<RT, U>(ring, bars, stages, i + stages, len, src_codes, src_scales);
     }
     __syncthreads();  // every warp is done with its ring: reuse it for the reduction
-    reduce_store<RT, NT, TOKS>(p, reinterpret_cast<float *>(smem), warp, warps, lane, acc);
+    reduce_store<RT, NT, TOKS>(p, reinterpret_cast<float *>(smem), blockIdx.x, warp, warps, lane, acc);
 }
 
 // ---- instances ------------------------------------------------------------------------------
@@ -485,6 +506,14 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 1, 2)   \
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)  \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
+// The persistent register kernels (config blocks > 0): tiles, the same combinations less two
+// that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m<=8 stages 2).
+#define PQ2_PERSIST_INSTANCES(X)                                                                     \
+    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 2) \
+    X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1) X(PQ2_LAYOUT_TILES, 1, 4, 1, 2)  \
+    X(PQ2_LAYOUT_TILES, 1, 4, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1)                   \
+    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 1, 1)                  \
+    X(PQ2_LAYOUT_TILES, 4, 1, 8, 1)
 
 // The ring kernels (stages >= 3): RT x U (units per slot) x TOKS, slots of at most 4 sub-tiles;
 // rt 4 serves m <= 8 (spills at 16).
@@ -496,12 +525,16 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 using rowblock_fn = void (*)(const pq2_decode_problem);
 using ring_fn = void (*)(const pq2_decode_problem, int);
 
-rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages)
+rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, bool persist)
 {
     const int toks = pq2_decode_tokens_class(m);
 #define PQ2_MATCH(L, R, U, T, S) \
-    if (layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S>;
+    if (!persist && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S, false>;
     PQ2_ROWBLOCK_INSTANCES(PQ2_MATCH)
+#undef PQ2_MATCH
+#define PQ2_MATCH(L, R, U, T, S) \
+    if (persist && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S, true>;
+    PQ2_PERSIST_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
     return nullptr;
 }
@@ -519,7 +552,7 @@ ring_fn find_ring(int32_t rt, int32_t unroll, int64_t m)
 bool has_instance(const pq2_decode_config &cfg, int32_t layout, int64_t m)
 {
     return cfg.stages >= 3 ? find_ring(cfg.rt, cfg.unroll, m) != nullptr
-                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages) != nullptr;
+                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages, cfg.blocks > 0) != nullptr;
 }
 
 }  // namespace
@@ -547,10 +580,15 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config stages=%d is not in 1..8 (row block family: 1-2 register batches, "
                              "3-8 shared-memory ring slots)", fn, (int)cfg.stages);
-    if (cfg.blocks != 0)
+    if (cfg.blocks < 0 || cfg.blocks > kMaxBlocksPerSm)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: config blocks=%d must be 0 for the row block family (one block per row block)",
-                             fn, (int)cfg.blocks);
+                             "%s: config blocks=%d is not in 0..%d (row block family: 0 = one block per row "
+                             "block, else blocks per multiprocessor of a persistent grid)",
+                             fn, (int)cfg.blocks, kMaxBlocksPerSm);
+    if (cfg.blocks != 0 && cfg.stages >= 3)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                             "%s: config blocks=%d with stages=%d: the bulk-copy ring runs one block per row "
+                             "block (blocks 0)", fn, (int)cfg.blocks, (int)cfg.stages);
     if (cfg.stages >= 3 && cc < 90)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d (bulk-copy ring) needs compute capability 9.0; this device "
@@ -558,16 +596,21 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
     PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m), max_smem));
     if (!has_instance(cfg, layout, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d m=%lld", fn,
-                             pq2_layout_name(layout), (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages, (long long)m);
+                             "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s m=%lld", fn,
+                             pq2_layout_name(layout), (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages,
+                             cfg.blocks > 0 ? " (persistent grid)" : "", (long long)m);
     return PQ2_OK;
 }
 
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
 #define PQ2_ATTR(L, R, U, T, S) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
     PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
+#undef PQ2_ATTR
+#define PQ2_ATTR(L, R, U, T, S) \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
+    PQ2_PERSIST_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
 #define PQ2_ATTR(R, U, T)                                                                                       \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin)); \
@@ -577,17 +620,24 @@ pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
     return PQ2_OK;
 }
 
-pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, const pq2_decode_config &cfg,
-                               bool after_kernel, cudaStream_t stream)
+int64_t pq2_rowblock_grid(const pq2_decode_config &cfg, int64_t n, int sms)
 {
-    const int64_t blocks = pq2_decode_row_blocks(p.n, cfg.rt);
-    if (blocks > INT32_MAX || p.k / 128 * blocks > INT32_MAX)
+    const int64_t row_blocks = pq2_decode_row_blocks(n, cfg.rt);
+    const int64_t persistent = (int64_t)cfg.blocks * sms;
+    return cfg.blocks > 0 && persistent < row_blocks ? persistent : row_blocks;
+}
+
+pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, const pq2_decode_config &cfg,
+                               int64_t blocks, bool after_kernel, cudaStream_t stream)
+{
+    const int64_t row_blocks = pq2_decode_row_blocks(p.n, cfg.rt);
+    if (row_blocks > INT32_MAX || p.k / 128 * row_blocks > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: n=%lld k=%lld: too many row blocks for one grid", fn,
                              (long long)p.n, (long long)p.k);
     pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m), stream, after_kernel);
     if (cfg.stages >= 3)
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
     else
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages), p));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages, cfg.blocks > 0), p));
     return pq2_launch_status(fn);
 }

@@ -152,7 +152,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
         while (cfg->unroll > 1 && v->groups % cfg->unroll != 0) cfg->unroll /= 2;
     if (cfg->family == PQ2_DECODE_ROWBLOCK) {
         PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, cc, max_smem));
-        *blocks = pq2_decode_row_blocks(v->n, cfg->rt);
+        *blocks = pq2_rowblock_grid(*cfg, v->n, sms);
         return PQ2_OK;
     }
     if (cfg->family != PQ2_DECODE_STREAM)
@@ -174,7 +174,7 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
-    if (cfg.family == PQ2_DECODE_ROWBLOCK) return pq2_rowblock_launch(fn, p, cfg, after_kernel, stream);
+    if (cfg.family == PQ2_DECODE_ROWBLOCK) return pq2_rowblock_launch(fn, p, cfg, blocks, after_kernel, stream);
     return pq2_decode_launch(fn, p, cfg, blocks, after_kernel, stream);
 }
 

@@ -1,0 +1,366 @@
+// probe_stream.cu - how fast can ONE graph node read N bytes on this GPU? The ceiling our decode
+// kernels are measured against, per call size, without any decode arithmetic.
+//
+// Standalone (no libpq2): nvcc -O3 -arch=sm_90a -o probe_stream tools/probe_stream.cu
+//   ./probe_stream [--json FILE]
+//
+// For each decode shape's byte count (TARGETS.md) it times pure-read kernels as CUDA-graph
+// replays over rotating copies (>= 4 copies and >= 256 MB, like tools/bench_decode.py), each
+// launch a programmatic dependent of the previous one (Hopper PDL, as the decode kernels), and
+// prints the best per-call time of each access pattern:
+//   chunked     one block per chunk of one row block's bytes (tiles rt 2: K/128 * 1088 B), its
+//               warps splitting the chunk (the row-block decode family's pattern);
+//   persistent  a grid of B blocks per SM, every warp reading one contiguous slice;
+//   gridstride  a grid of B blocks per SM, 16-byte loads strided by the whole grid;
+// and then the 257-call decode pass (layer order of bench_decode.py, 257 distinct buffers) with
+// each pattern, with one and with two graph nodes per call (an empty kernel standing in for the
+// activation quantiser). Loads: ld.global.nc.L1::no_allocate.v4, `unroll` in flight per lane.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#define CK(x)                                                                                   \
+    do {                                                                                        \
+        cudaError_t e_ = (x);                                                                   \
+        if (e_ != cudaSuccess) {                                                                \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
+            exit(1);                                                                            \
+        }                                                                                       \
+    } while (0)
+
+__device__ __forceinline__ uint4 ld16(const uint8_t *p)
+{
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ void pdl_launch() { asm volatile("griddepcontrol.launch_dependents;"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// Reads vectors [v0, v1) (16 bytes each) of base, lane-strided, U loads in flight.
+template <int U>
+__device__ __forceinline__ uint32_t read_range(const uint8_t *base, size_t v0, size_t v1, int lane)
+{
+    uint32_t acc = 0;
+    size_t i = v0 + lane;
+    for (; i + 32 * (U - 1) < v1; i += 32 * U) {
+        uint4 w[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) w[u] = ld16(base + (i + 32 * u) * 16);
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc ^= w[u].x ^ w[u].y ^ w[u].z ^ w[u].w;
+    }
+    for (; i < v1; i += 32) {
+        const uint4 w = ld16(base + i * 16);
+        acc ^= w.x ^ w.y ^ w.z ^ w.w;
+    }
+    return acc;
+}
+
+// The result is stored only when it equals a value it never takes in practice, after the PDL
+// wait (as the decode kernels store): no dead-code elimination, no write traffic.
+__device__ __forceinline__ void sink(uint32_t acc, uint32_t *out)
+{
+    pdl_wait();
+    if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;
+}
+
+template <int U>
+__global__ void chunked(const uint8_t *base, size_t chunk_vecs, size_t total_vecs, uint32_t *out)
+{
+    pdl_launch();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const size_t c0 = blockIdx.x * chunk_vecs, c1 = c0 + chunk_vecs < total_vecs ? c0 + chunk_vecs : total_vecs;
+    const size_t n = c1 - c0;
+    const size_t v0 = c0 + n * warp / warps, v1 = c0 + n * (warp + 1) / warps;
+    sink(read_range<U>(base, v0, v1, lane), out);
+}
+
+template <int U>
+__global__ void persistent(const uint8_t *base, size_t total_vecs, uint32_t *out)
+{
+    pdl_launch();
+    const int lane = threadIdx.x & 31;
+    const size_t warps = (size_t)gridDim.x * (blockDim.x >> 5);
+    const size_t w = (size_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+    sink(read_range<U>(base, total_vecs * w / warps, total_vecs * (w + 1) / warps, lane), out);
+}
+
+template <int U>
+__global__ void gridstride(const uint8_t *base, size_t total_vecs, uint32_t *out)
+{
+    pdl_launch();
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    uint32_t acc = 0;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + stride * (U - 1) < total_vecs; i += stride * U) {
+        uint4 w[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) w[u] = ld16(base + (i + stride * u) * 16);
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc ^= w[u].x ^ w[u].y ^ w[u].z ^ w[u].w;
+    }
+    for (; i < total_vecs; i += stride) {
+        const uint4 w = ld16(base + i * 16);
+        acc ^= w.x ^ w.y ^ w.z ^ w.w;
+    }
+    sink(acc, out);
+}
+
+__global__ void empty_node(uint32_t *out)
+{
+    pdl_launch();
+    pdl_wait();
+    if (out == nullptr) out[0] = 0;
+}
+
+// ---- host -------------------------------------------------------------------------------------
+
+struct shape {
+    const char *name;
+    long n, k, calls;
+    size_t bytes() const { return (size_t)n * (k / 128) * 34; }
+    size_t chunk() const { return (size_t)(k / 128) * 1088; }  // one tiles rt-2 row block
+};
+const shape kShapes[] = {{"gate_up", 34816, 5120, 64}, {"down", 5120, 17408, 64}, {"in_proj", 16384, 5120, 48},
+                         {"qkv", 14336, 5120, 16},     {"out", 5120, 6144, 64},   {"lm_head", 248320, 5120, 1}};
+
+enum kind { CHUNKED, PERSISTENT, GRIDSTRIDE };
+const char *kKindName[] = {"chunked", "persistent", "gridstride"};
+
+struct variant {
+    kind kd;
+    int warps, unroll, per_sm;  // per_sm: blocks per SM (persistent, gridstride)
+};
+
+int g_sms = 0;
+uint32_t *g_out = nullptr;
+
+void launch(const variant &v, const uint8_t *base, size_t bytes, size_t chunk, cudaStream_t s)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cfg.stream = s;
+    cfg.blockDim = dim3(v.warps * 32);
+    const size_t vecs = bytes / 16;
+    if (v.kd == CHUNKED) {
+        cfg.gridDim = dim3((unsigned)((bytes + chunk - 1) / chunk));
+        const size_t cv = chunk / 16;
+        if (v.unroll == 1) CK(cudaLaunchKernelEx(&cfg, chunked<1>, base, cv, vecs, g_out));
+        if (v.unroll == 2) CK(cudaLaunchKernelEx(&cfg, chunked<2>, base, cv, vecs, g_out));
+        if (v.unroll == 4) CK(cudaLaunchKernelEx(&cfg, chunked<4>, base, cv, vecs, g_out));
+        if (v.unroll == 8) CK(cudaLaunchKernelEx(&cfg, chunked<8>, base, cv, vecs, g_out));
+    } else {
+        cfg.gridDim = dim3((unsigned)(g_sms * v.per_sm));
+        if (v.kd == PERSISTENT) {
+            if (v.unroll == 1) CK(cudaLaunchKernelEx(&cfg, persistent<1>, base, vecs, g_out));
+            if (v.unroll == 2) CK(cudaLaunchKernelEx(&cfg, persistent<2>, base, vecs, g_out));
+            if (v.unroll == 4) CK(cudaLaunchKernelEx(&cfg, persistent<4>, base, vecs, g_out));
+            if (v.unroll == 8) CK(cudaLaunchKernelEx(&cfg, persistent<8>, base, vecs, g_out));
+        } else {
+            if (v.unroll == 1) CK(cudaLaunchKernelEx(&cfg, gridstride<1>, base, vecs, g_out));
+            if (v.unroll == 2) CK(cudaLaunchKernelEx(&cfg, gridstride<2>, base, vecs, g_out));
+            if (v.unroll == 4) CK(cudaLaunchKernelEx(&cfg, gridstride<4>, base, vecs, g_out));
+            if (v.unroll == 8) CK(cudaLaunchKernelEx(&cfg, gridstride<8>, base, vecs, g_out));
+        }
+    }
+}
+
+void launch_empty(cudaStream_t s)
+{
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    cfg.stream = s;
+    cfg.gridDim = dim3(5);
+    cfg.blockDim = dim3(256);
+    CK(cudaLaunchKernelEx(&cfg, empty_node, g_out));
+}
+
+// One call: (buffer, bytes, chunk bytes).
+struct call {
+    const uint8_t *base;
+    size_t bytes, chunk;
+};
+
+// Median microseconds per call of `calls` captured in one graph (optionally with an empty node
+// before each), over `replays` replays.
+double graph_us(const std::vector<call> &calls, const variant &v, bool two_nodes, int replays)
+{
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cudaGraph_t g;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (const call &c : calls) {
+        if (two_nodes) launch_empty(s);
+        launch(v, c.base, c.bytes, c.chunk, s);
+    }
+    CK(cudaStreamEndCapture(s, &g));
+    cudaGraphExec_t ge;
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < 3; ++i) CK(cudaGraphLaunch(ge, s));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<double> t;
+    for (int r = 0; r < replays; ++r) {
+        CK(cudaEventRecord(a, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1000.0 / calls.size());
+    }
+    std::sort(t.begin(), t.end());
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    CK(cudaStreamDestroy(s));
+    return t[t.size() / 2];
+}
+
+std::string vname(const variant &v)
+{
+    char b[96];
+    if (v.kd == CHUNKED)
+        snprintf(b, sizeof b, "chunked w%d u%d", v.warps, v.unroll);
+    else
+        snprintf(b, sizeof b, "%s w%d u%d b%d", kKindName[v.kd], v.warps, v.unroll, v.per_sm);
+    return b;
+}
+
+int main(int argc, char **argv)
+{
+    const char *json = nullptr;
+    for (int i = 1; i < argc; ++i)
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+    CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    CK(cudaMalloc(&g_out, 4096));
+
+    // One arena for the pass (257 distinct matrices, 6.8 GB); the per-shape rotations reuse it.
+    std::vector<size_t> pass_bytes;
+    std::vector<size_t> pass_chunk;
+    for (int layer = 0; layer < 64; ++layer) {
+        const shape &first = layer % 4 == 3 ? kShapes[3] : kShapes[2];
+        for (const shape *s : {&first, &kShapes[4], &kShapes[0], &kShapes[1]}) {
+            pass_bytes.push_back(s->bytes());
+            pass_chunk.push_back(s->chunk());
+        }
+    }
+    pass_bytes.push_back(kShapes[5].bytes());
+    pass_chunk.push_back(kShapes[5].chunk());
+    size_t arena = 0;
+    for (size_t b : pass_bytes) arena += (b + 4095) & ~(size_t)4095;
+    uint8_t *base = nullptr;
+    CK(cudaMalloc(&base, arena));
+    CK(cudaMemset(base, 0x5a, arena));
+    CK(cudaDeviceSynchronize());
+
+    std::vector<variant> vars;
+    for (int w : {4, 8, 16})
+        for (int u : {2, 4, 8}) vars.push_back({CHUNKED, w, u, 0});
+    for (int w : {8, 16})
+        for (int u : {2, 4, 8})
+            for (int b : {1, 2, 4}) {
+                if (w * b > 64) continue;
+                vars.push_back({PERSISTENT, w, u, b});
+                vars.push_back({GRIDSTRIDE, w, u, b});
+            }
+
+    // Read bandwidth: 2 GiB, the best variant.
+    double best_bw = 0;
+    std::string bw_var;
+    {
+        const size_t big = (size_t)2 << 30;
+        for (const variant &v : vars) {
+            if (v.kd == CHUNKED) continue;
+            const double us = graph_us({{base, big, 43520}}, v, false, 10);
+            const double gbs = big / (us * 1e-6) / 1e9;
+            if (gbs > best_bw) best_bw = gbs, bw_var = vname(v);
+        }
+    }
+    printf("device %s, %d SMs; read bandwidth %.0f GB/s (2 GiB, %s)\n", prop.name, g_sms, best_bw, bw_var.c_str());
+
+    FILE *jf = json ? fopen(json, "w") : nullptr;
+    if (jf) fprintf(jf, "{\"device\": \"%s\", \"sms\": %d, \"read_gbs\": %.1f, \"shapes\": [\n", prop.name, g_sms, best_bw);
+    printf("\n%-8s %9s | %-26s %8s %6s | %-26s %8s %6s\n", "shape", "MB", "best chunked", "us", "%bw",
+           "best any", "us", "%bw");
+    bool first_row = true;
+    for (const shape &sh : kShapes) {
+        const size_t bytes = sh.bytes();
+        const size_t stride = (bytes + 4095) & ~(size_t)4095;
+        const size_t copies = std::max<size_t>(4, ((size_t)256 << 20) / bytes + 1);
+        std::vector<call> calls;
+        for (size_t c = 0; c < copies; ++c) calls.push_back({base + c * stride, bytes, sh.chunk()});
+        double best[2] = {1e30, 1e30};
+        std::string bestv[2];
+        for (const variant &v : vars) {
+            const double us = graph_us(calls, v, false, 20);
+            const int slot = v.kd == CHUNKED ? 0 : 1;
+            if (us < best[slot]) best[slot] = us, bestv[slot] = vname(v);
+            if (jf)
+                fprintf(jf, "%s{\"shape\": \"%s\", \"bytes\": %zu, \"variant\": \"%s\", \"us\": %.3f}", first_row ? "" : ",\n",
+                        sh.name, bytes, vname(v).c_str(), us), first_row = false;
+        }
+        auto pct = [&](double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / best_bw; };
+        printf("%-8s %9.2f | %-26s %8.2f %5.1f%% | %-26s %8.2f %5.1f%%\n", sh.name, bytes / 1e6, bestv[0].c_str(),
+               best[0], pct(best[0]), bestv[1].c_str(), best[1], pct(best[1]));
+    }
+    if (jf) fprintf(jf, "\n], \"pass\": [\n");
+
+    // The pass: 257 distinct buffers in layer order.
+    std::vector<call> pass;
+    size_t off = 0, total = 0;
+    for (size_t i = 0; i < pass_bytes.size(); ++i) {
+        pass.push_back({base + off, pass_bytes[i], pass_chunk[i]});
+        off += (pass_bytes[i] + 4095) & ~(size_t)4095;
+        total += pass_bytes[i];
+    }
+    const double floor_ms = total / (best_bw * 1e9) * 1e3;
+    printf("\npass: 257 calls, %.3f GB, floor %.3f ms\n", total / 1e9, floor_ms);
+    bool first_pass = true;
+    for (const variant &v : {variant{CHUNKED, 16, 2, 0}, variant{CHUNKED, 8, 4, 0}, variant{CHUNKED, 4, 8, 0},
+                             variant{PERSISTENT, 16, 4, 2}, variant{PERSISTENT, 8, 8, 4}, variant{GRIDSTRIDE, 16, 4, 2}}) {
+        for (bool two : {false, true}) {
+            const double us = graph_us(pass, v, two, 10);
+            const double ms = us * pass.size() / 1e3;
+            printf("  %-26s %s  %.3f ms = %.2fx floor\n", vname(v).c_str(), two ? "2 nodes/call" : "1 node/call ",
+                   ms, ms / floor_ms);
+            if (jf)
+                fprintf(jf, "%s{\"variant\": \"%s\", \"nodes_per_call\": %d, \"ms\": %.4f, \"floor_ms\": %.4f}",
+                        first_pass ? "" : ",\n", vname(v).c_str(), two ? 2 : 1, ms, floor_ms), first_pass = false;
+        }
+    }
+    // Per-node floor: 257 empty nodes and 257 tiny reads (64 KB).
+    {
+        std::vector<call> tiny;
+        for (int i = 0; i < 257; ++i) tiny.push_back({base + (size_t)i * 65536, 65536, 4096});
+        const double us1 = graph_us(tiny, variant{CHUNKED, 8, 2, 0}, false, 10);
+        const double us2 = graph_us(tiny, variant{CHUNKED, 8, 2, 0}, true, 10);
+        printf("\nper call, 64 KB read: %.2f us (1 node), %.2f us (2 nodes)\n", us1, us2);
+        if (jf) fprintf(jf, "\n], \"tiny_read_us\": [%.3f, %.3f]}\n", us1, us2);
+    }
+    if (jf) fclose(jf);
+    CK(cudaFree(base));
+    return 0;
+}
