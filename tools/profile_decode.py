@@ -2,6 +2,7 @@
 """Decode kernel diagnostics: where the time of one call goes, and a target for Nsight Compute.
 
     python3 tools/profile_decode.py breakdown            # graph-timed pieces of a call, per shape
+    python3 tools/profile_decode.py breakdown --copies 1 # the same with the weights resident in L2
     ncu --clock-control none -k regex:decode python3 tools/profile_decode.py run --shape gate_up
 """
 from __future__ import annotations
@@ -28,7 +29,8 @@ def breakdown(args):
     cfgs = args.cfg.split(";") if args.cfg else [None]
     for name in args.shapes.split(","):
         n, k = (SHAPES[name][0], SHAPES[name][1]) if name in SHAPES else (64, 128)
-        ws = resident(n, k, args.layout, args.rt, min(64, copies_for(pq2_bytes(n, k))))
+        copies = args.copies or min(64, copies_for(pq2_bytes(n, k)))
+        ws = resident(n, k, args.layout, args.rt, copies)
         for m in [int(v) for v in args.ms.split(",")]:
             for text in cfgs:
                 cfg = parse_cfg(text)
@@ -68,6 +70,9 @@ def main(argv=None):
     ap.add_argument("--cfg", help="rt,warps,unroll,stages,blocks,family (default: the dispatcher's); "
                                    "breakdown takes several separated by ';'")
     ap.add_argument("--iters", type=int, default=8)
+    ap.add_argument("--copies", type=int, default=0,
+                    help="breakdown: weight copies to rotate (default: past L2, as the benchmark; 1 = the "
+                         "weights stay in L2 when they fit: the kernel's time without HBM)")
     args = ap.parse_args(argv)
     _native.check(_native.load()[1].pq2_cuda_init())
     (breakdown if args.mode == "breakdown" else run)(args)
