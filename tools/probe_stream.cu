@@ -12,6 +12,8 @@
 //               warps splitting the chunk (the row-block decode family's pattern);
 //   persistent  a grid of B blocks per SM, every warp reading one contiguous slice;
 //   gridstride  a grid of B blocks per SM, 16-byte loads strided by the whole grid;
+// the chunked pattern also as DEPENDENT calls, each waiting for the previous grid (as a decode
+// call waits for its activations) either before any load or after its first loads;
 // and then the 257-call decode pass (layer order of bench_decode.py, 257 distinct buffers) with
 // each pattern, with one and with two graph nodes per call (an empty kernel standing in for the
 // activation quantiser). Loads: ld.global.nc.L1::no_allocate.v4, `unroll` in flight per lane.
@@ -74,14 +76,31 @@ __device__ __forceinline__ void sink(uint32_t acc, uint32_t *out)
     if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;
 }
 
-template <int U>
+// DEP: the call depends on the previous one (as a decode call on its activations): the grid
+// waits for the previous grid before its loads (1) or after issuing its first U loads per lane
+// (2: what the decode kernels do with their first weight batch); 0: only its final store waits.
+template <int U, int DEP>
 __global__ void chunked(const uint8_t *base, size_t chunk_vecs, size_t total_vecs, uint32_t *out)
 {
     pdl_launch();
+    if (DEP == 1) pdl_wait();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const size_t c0 = blockIdx.x * chunk_vecs, c1 = c0 + chunk_vecs < total_vecs ? c0 + chunk_vecs : total_vecs;
     const size_t n = c1 - c0;
     const size_t v0 = c0 + n * warp / warps, v1 = c0 + n * (warp + 1) / warps;
+    if (DEP == 2) {
+        uint4 w[U];
+        size_t i = v0 + lane;
+#pragma unroll
+        for (int u = 0; u < U; ++u) w[u] = i + 32 * u < v1 ? ld16(base + (i + 32 * u) * 16) : make_uint4(0, 0, 0, 0);
+        pdl_wait();
+        uint32_t acc = 0;
+#pragma unroll
+        for (int u = 0; u < U; ++u) acc ^= w[u].x ^ w[u].y ^ w[u].z ^ w[u].w;
+        const size_t next = v0 + 32 * U < v1 ? v0 + 32 * U : v1;
+        sink(acc ^ read_range<U>(base, next, v1, lane), out);
+        return;
+    }
     sink(read_range<U>(base, v0, v1, lane), out);
 }
 
@@ -140,6 +159,7 @@ const char *kKindName[] = {"chunked", "persistent", "gridstride"};
 struct variant {
     kind kd;
     int warps, unroll, per_sm;  // per_sm: blocks per SM (persistent, gridstride)
+    int dep = 0;                // chunked: 0 independent calls, 1 wait first, 2 first loads then wait
 };
 
 int g_sms = 0;
@@ -159,10 +179,15 @@ void launch(const variant &v, const uint8_t *base, size_t bytes, size_t chunk, c
     if (v.kd == CHUNKED) {
         cfg.gridDim = dim3((unsigned)((bytes + chunk - 1) / chunk));
         const size_t cv = chunk / 16;
-        if (v.unroll == 1) CK(cudaLaunchKernelEx(&cfg, chunked<1>, base, cv, vecs, g_out));
-        if (v.unroll == 2) CK(cudaLaunchKernelEx(&cfg, chunked<2>, base, cv, vecs, g_out));
-        if (v.unroll == 4) CK(cudaLaunchKernelEx(&cfg, chunked<4>, base, cv, vecs, g_out));
-        if (v.unroll == 8) CK(cudaLaunchKernelEx(&cfg, chunked<8>, base, cv, vecs, g_out));
+#define PROBE_CHUNKED(D)                                                                     \
+    if (v.dep == D) {                                                                        \
+        if (v.unroll == 1) CK(cudaLaunchKernelEx(&cfg, chunked<1, D>, base, cv, vecs, g_out)); \
+        if (v.unroll == 2) CK(cudaLaunchKernelEx(&cfg, chunked<2, D>, base, cv, vecs, g_out)); \
+        if (v.unroll == 4) CK(cudaLaunchKernelEx(&cfg, chunked<4, D>, base, cv, vecs, g_out)); \
+        if (v.unroll == 8) CK(cudaLaunchKernelEx(&cfg, chunked<8, D>, base, cv, vecs, g_out)); \
+    }
+        PROBE_CHUNKED(0) PROBE_CHUNKED(1) PROBE_CHUNKED(2)
+#undef PROBE_CHUNKED
     } else {
         cfg.gridDim = dim3((unsigned)(g_sms * v.per_sm));
         if (v.kd == PERSISTENT) {
@@ -241,7 +266,8 @@ std::string vname(const variant &v)
 {
     char b[96];
     if (v.kd == CHUNKED)
-        snprintf(b, sizeof b, "chunked w%d u%d", v.warps, v.unroll);
+        snprintf(b, sizeof b, "chunked w%d u%d%s", v.warps, v.unroll,
+                 v.dep == 1 ? " wait-first" : v.dep == 2 ? " load-wait" : "");
     else
         snprintf(b, sizeof b, "%s w%d u%d b%d", kKindName[v.kd], v.warps, v.unroll, v.per_sm);
     return b;
@@ -278,7 +304,8 @@ int main(int argc, char **argv)
 
     std::vector<variant> vars;
     for (int w : {4, 8, 16})
-        for (int u : {2, 4, 8}) vars.push_back({CHUNKED, w, u, 0});
+        for (int u : {2, 4, 8})
+            for (int d : {0, 1, 2}) vars.push_back({CHUNKED, w, u, 0, d});
     for (int w : {8, 16})
         for (int u : {2, 4, 8})
             for (int b : {1, 2, 4}) {
@@ -303,8 +330,8 @@ int main(int argc, char **argv)
 
     FILE *jf = json ? fopen(json, "w") : nullptr;
     if (jf) fprintf(jf, "{\"device\": \"%s\", \"sms\": %d, \"read_gbs\": %.1f, \"shapes\": [\n", prop.name, g_sms, best_bw);
-    printf("\n%-8s %9s | %-26s %8s %6s | %-26s %8s %6s\n", "shape", "MB", "best chunked", "us", "%bw",
-           "best any", "us", "%bw");
+    printf("\n%-8s %9s | %-26s %8s %6s | %-26s %8s %6s | %-30s %8s %6s\n", "shape", "MB", "best chunked", "us", "%bw",
+           "best persistent/gridstride", "us", "%bw", "best chunked, dependent calls", "us", "%bw");
     bool first_row = true;
     for (const shape &sh : kShapes) {
         const size_t bytes = sh.bytes();
@@ -312,19 +339,20 @@ int main(int argc, char **argv)
         const size_t copies = std::max<size_t>(4, ((size_t)256 << 20) / bytes + 1);
         std::vector<call> calls;
         for (size_t c = 0; c < copies; ++c) calls.push_back({base + c * stride, bytes, sh.chunk()});
-        double best[2] = {1e30, 1e30};
-        std::string bestv[2];
+        double best[3] = {1e30, 1e30, 1e30};
+        std::string bestv[3];
         for (const variant &v : vars) {
             const double us = graph_us(calls, v, false, 20);
-            const int slot = v.kd == CHUNKED ? 0 : 1;
+            const int slot = v.kd != CHUNKED ? 1 : v.dep ? 2 : 0;
             if (us < best[slot]) best[slot] = us, bestv[slot] = vname(v);
             if (jf)
                 fprintf(jf, "%s{\"shape\": \"%s\", \"bytes\": %zu, \"variant\": \"%s\", \"us\": %.3f}", first_row ? "" : ",\n",
                         sh.name, bytes, vname(v).c_str(), us), first_row = false;
         }
         auto pct = [&](double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / best_bw; };
-        printf("%-8s %9.2f | %-26s %8.2f %5.1f%% | %-26s %8.2f %5.1f%%\n", sh.name, bytes / 1e6, bestv[0].c_str(),
-               best[0], pct(best[0]), bestv[1].c_str(), best[1], pct(best[1]));
+        printf("%-8s %9.2f | %-26s %8.2f %5.1f%% | %-26s %8.2f %5.1f%% | %-30s %8.2f %5.1f%%\n", sh.name, bytes / 1e6,
+               bestv[0].c_str(), best[0], pct(best[0]), bestv[1].c_str(), best[1], pct(best[1]), bestv[2].c_str(),
+               best[2], pct(best[2]));
     }
     if (jf) fprintf(jf, "\n], \"pass\": [\n");
 
@@ -339,7 +367,8 @@ int main(int argc, char **argv)
     const double floor_ms = total / (best_bw * 1e9) * 1e3;
     printf("\npass: 257 calls, %.3f GB, floor %.3f ms\n", total / 1e9, floor_ms);
     bool first_pass = true;
-    for (const variant &v : {variant{CHUNKED, 16, 2, 0}, variant{CHUNKED, 8, 4, 0}, variant{CHUNKED, 4, 8, 0},
+    for (const variant &v : {variant{CHUNKED, 8, 4, 0, 1}, variant{CHUNKED, 8, 4, 0, 2}, variant{CHUNKED, 4, 8, 0, 1},
+                             variant{CHUNKED, 4, 8, 0, 2}, variant{CHUNKED, 16, 2, 0}, variant{CHUNKED, 8, 4, 0}, variant{CHUNKED, 4, 8, 0},
                              variant{PERSISTENT, 16, 4, 2}, variant{PERSISTENT, 8, 8, 4}, variant{GRIDSTRIDE, 16, 4, 2}}) {
         for (bool two : {false, true}) {
             const double us = graph_us(pass, v, two, 10);
@@ -357,8 +386,11 @@ int main(int argc, char **argv)
         for (int i = 0; i < 257; ++i) tiny.push_back({base + (size_t)i * 65536, 65536, 4096});
         const double us1 = graph_us(tiny, variant{CHUNKED, 8, 2, 0}, false, 10);
         const double us2 = graph_us(tiny, variant{CHUNKED, 8, 2, 0}, true, 10);
-        printf("\nper call, 64 KB read: %.2f us (1 node), %.2f us (2 nodes)\n", us1, us2);
-        if (jf) fprintf(jf, "\n], \"tiny_read_us\": [%.3f, %.3f]}\n", us1, us2);
+        const double us3 = graph_us(tiny, variant{CHUNKED, 8, 2, 0, 1}, false, 10);
+        const double us4 = graph_us(tiny, variant{CHUNKED, 8, 2, 0, 1}, true, 10);
+        printf("\nper call, 64 KB read: %.2f us (1 node), %.2f us (2 nodes); dependent (wait first): %.2f us "
+               "(1 node), %.2f us (2 nodes)\n", us1, us2, us3, us4);
+        if (jf) fprintf(jf, "\n], \"tiny_read_us\": [%.3f, %.3f], \"tiny_dependent_us\": [%.3f, %.3f]}\n", us1, us2, us3, us4);
     }
     if (jf) fclose(jf);
     CK(cudaFree(base));
