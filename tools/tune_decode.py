@@ -36,8 +36,10 @@ def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock
     if "rowblock" in families and layout == "tiles":  # one block per row block
         for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2, 3, 4, 6)):
             yield (layout_rt, w, u, s, 0, 1)
+        for w in (4, 8, 16):  # batches of 4 units (rt 2, m <= 8)
+            yield (layout_rt, w, 4, 1, 0, 1)
     if "persistent" in families and layout == "tiles":  # register kernels on a persistent grid:
-        for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2)):  # half or all of the
+        for w, u, s in itertools.product((2, 4, 8, 16), (1, 2, 4), (1, 2)):  # half or all of the
             for b in sorted({max(1, 32 // w), 64 // w}):  # blocks per SM 64 warps allow
                 yield (layout_rt, w, u, s, b, 1)
     if "rowblock" in families and layout == "planes":  # register kernels only (no ring)

@@ -17,7 +17,8 @@
 // contiguous in the tile-major stream, in batches of U units (the last one shorter). How the
 // weight bytes reach the warp is the `stages` of the configuration:
 //   1  register batches: load a batch (16-byte loads), then compute it;
-//   2  two register batches: the next batch loads while this one computes;
+//   2  two register batches: the next batch loads while this one computes (both are issued
+//      before the programmatic-dependent-launch wait);
 //   3+ (sm_90) a per-warp shared-memory ring of `stages` slots of U units, each filled by two bulk
 //      copies (cp.async.bulk: one instruction per slot, completion on an mbarrier), so up to
 //      stages*U*RT*544 bytes per warp are in flight whatever the register budget.
@@ -370,8 +371,10 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     int rb = blockIdx.x;
     weight_src<LAYOUT, RT, U> src(p, rb, g_begin, lane);
 
+    // The first batch (stages 1) or two (stages 2) are in flight before the wait.
     batch<RT, U> b0, b1;
     if (len > 0) src.load(b0, 0, min(len, U));
+    if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
     const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
 
@@ -384,13 +387,14 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                 compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
             }
         } else {
-            // Ping-pong between two register sets: no copies between iterations.
+            // Ping-pong between two register sets (no copies): b0 holds units [i, i+U) and b1
+            // [i+U, i+2U); each is refilled as soon as it has been computed.
             for (int i = 0; i < len; i += 2 * U) {
-                if (i + U < len) src.load(b1, i + U, min(len - i - U, U));
                 compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
-                if (i + U >= len) break;
                 if (i + 2 * U < len) src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
+                if (i + U >= len) break;
                 compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
+                if (i + 3 * U < len) src.load(b1, i + 3 * U, min(len - i - 3 * U, U));
             }
         }
         if constexpr (!PERSIST) {
@@ -402,6 +406,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             if (more) {
                 src = weight_src<LAYOUT, RT, U>(p, next, g_begin, lane);
                 if (len > 0) src.load(b0, 0, min(len, U));
+                if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
             }
             reduce_store<RT, NT, TOKS>(p, red, rb, warp, warps, lane, acc);
             if (!more) return;
@@ -493,8 +498,8 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 // Register kernels: layout x RT (sub-tiles per unit; TILES: = the layout's rt) x U (units per
 // batch) x TOKS (1: m == 1; 8: m <= 8; 16: m <= 16) x STAGES (1: load then compute; 2: next batch
 // loads during this one). Only the combinations ptxas compiles without spills
-// (tools/ptxas_report.py; batches of at most 4 sub-tiles); tiles rt 4 serves m <= 8 (larger m
-// goes to the stream family).
+// (tools/ptxas_report.py; batches of at most 4 sub-tiles, and tiles rt 2 U 4 stages 1 for
+// m <= 8: 8 sub-tiles); tiles rt 4 serves m <= 8 (larger m goes to the stream family).
 #define PQ2_ROWBLOCK_ALL_TOKS(X, L, R, U) X(L, R, U, 1, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) X(L, R, U, 1, 2) X(L, R, U, 8, 2) X(L, R, U, 16, 2)
 #define PQ2_ROWBLOCK_LEAN_16(X, L, R, U) X(L, R, U, 1, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) X(L, R, U, 1, 2) X(L, R, U, 8, 2)
 #define PQ2_ROWBLOCK_INSTANCES(X)                                                                        \
@@ -502,6 +507,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 1, 4) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1)       \
     PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 1, 1)                      \
     X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 2)                                      \
+    X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                      \
     PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)   \
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 1, 2)   \
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)  \
@@ -513,7 +519,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1) X(PQ2_LAYOUT_TILES, 1, 4, 1, 2)  \
     X(PQ2_LAYOUT_TILES, 1, 4, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1)                   \
     PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 1, 1)                  \
-    X(PQ2_LAYOUT_TILES, 4, 1, 8, 1)
+    X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
 
 // The ring kernels (stages >= 3): RT x U (units per slot) x TOKS, slots of at most 4 sub-tiles;
 // rt 4 serves m <= 8 (spills at 16).
