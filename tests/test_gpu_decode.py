@@ -204,6 +204,55 @@ ROWBLOCK_PERSIST_BY_TOKS = {1: [(16, 1, 1, 1), (4, 1, 2, 3)], 8: [(8, 1, 1, 1), 
                             16: [(8, 1, 1, 1), (4, 2, 1, 2)]}
 
 
+# split row blocks, (rt, warps, unroll, stages, 0, splits) per token class
+ROWBLOCK_SPLIT_BY_TOKS = {1: [(2, 16, 1, 1, 0, 2), (2, 8, 2, 2, 0, 4)], 8: [(2, 8, 1, 2, 0, 3), (2, 4, 2, 1, 0, 2)],
+                          16: [(2, 8, 1, 1, 0, 4), (2, 4, 2, 1, 0, 3)]}
+ROWBLOCK_SPLIT_PLANES_BY_TOKS = {1: [(1, 8, 1, 2, 0, 2), (2, 8, 2, 1, 0, 3)], 8: [(2, 8, 2, 2, 0, 4), (1, 4, 1, 1, 0, 2)],
+                                 16: [(2, 8, 1, 1, 0, 2), (1, 8, 2, 2, 0, 3)]}
+
+
+def check_split_every_m(shape, layout, layout_rt, by_toks, content):
+    """Every M: split row blocks against the reference, with a poisoned workspace (the arrival
+    counters must be cleared by the call), twice on the same workspace, bit-identical, and the
+    q8 path (its own counter clearing)."""
+    codes, scales, w = weights(shape, content, layout, layout_rt)
+    for m in ALL_M:
+        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
+        x = activations(m, shape[1], "normal", dtype, m)
+        q8, xs, sums = quantize_q8(x)
+        ref = q8_reference(codes, scales, q8, xs, sums)
+        for rt, warps, unroll, stages, blocks, splits in by_toks[1 if m == 1 else 8 if m <= 8 else 16]:
+            cfg = decode_config(rt, warps, unroll, stages, blocks, "rowblock", splits)
+            work = w.workspace(m, cfg)
+            work.fill_(0xAB)
+            ys = []
+            for _ in range(2):
+                y = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")
+                w.matmul(x, out=y, workspace=work, cfg=cfg)
+                ys.append(y)
+            work.fill_(0xAB)
+            yq = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")
+            w.matmul_q8(q8, xs, sums, yq, work, cfg)
+            torch.cuda.synchronize()
+            for y in ys + [yq]:
+                assert not torch.isnan(y).any(), f"unwritten outputs, m={m} cfg splits={splits}"
+                err = rel_rms(y, ref)
+                assert err <= Y_TOL[dtype], f"m={m} splits={splits}: rel RMS {err:.3g}"
+            assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], yq), "split results not deterministic"
+
+
+@pytest.mark.parametrize("layout", ["tiles", "planes"])
+@pytest.mark.parametrize("shape", [MODEL_SHAPES["out"], MODEL_SHAPES["down"], (100, 5248), (17, 384), (1, 128)],
+                         ids=["out", "down", "n100_k5248", "n17_k384", "n1_k128"])
+def test_rowblock_split_every_m(shape, layout):
+    """config splits > 1: each row block's groups over 2-4 blocks (n1_k128 has 1 group: empty
+    splits), the last block to arrive adding the partials in split order."""
+    if layout == "tiles":
+        check_split_every_m(shape, "tiles", 2, ROWBLOCK_SPLIT_BY_TOKS, "ternary")
+    else:
+        check_split_every_m(shape, "planes", 0, ROWBLOCK_SPLIT_PLANES_BY_TOKS, "random")
+
+
 @pytest.mark.parametrize("rt", [1, 2, 4])
 @pytest.mark.parametrize("shape", [(9001, 640), (5120, 6144), (100, 5248), (1, 128)],
                          ids=["n9001_k640", "out", "n100_k5248", "n1_k128"])
@@ -259,6 +308,9 @@ ROWBLOCK_CONFIGS = [(rt, warps, unroll, stages, 0, 1)
 ROWBLOCK_CONFIGS += [(rt, warps, unroll, stages, 1, 1)  # persistent grids (tiles)
                      for rt in (1, 2, 4) for warps in (1, 3, 16) for unroll in (1, 2, 4)
                      for stages in (1, 2)]
+ROWBLOCK_CONFIGS += [(rt, warps, unroll, stages, 0, 1, splits)  # split row blocks
+                     for rt in (1, 2, 4) for warps in (1, 3, 16) for unroll in (1, 2, 4)
+                     for stages in (1, 2) for splits in (2, 3)]
 
 
 @pytest.mark.parametrize("m", [1, 7, 9, 16])
@@ -266,8 +318,8 @@ def test_every_config(m):
     """Explicit configurations (what the tuner tries) are all correct, or refused clearly."""
     shape = (1000, 2560)
     for layout in ("tiles", "planes"):
-        for rt, warps, unroll, stages, blocks, family in CONFIGS + ROWBLOCK_CONFIGS:
-            cfg = decode_config(rt, warps, unroll, stages, blocks, family)
+        for rt, warps, unroll, stages, blocks, family, *splits in CONFIGS + ROWBLOCK_CONFIGS:
+            cfg = decode_config(rt, warps, unroll, stages, blocks, family, *splits)
             try:
                 check_matmul(shape, m, torch.float32, layout, rt if layout == "tiles" else 0,
                              content="random", cfg=cfg, seed=rt + warps)
@@ -357,6 +409,14 @@ def test_bad_arguments_return_status():
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "blocks=2" in e.message
     e = status_of(lambda: pl.matmul(x, cfg=decode_config(2, 4, 1, 1, 1, "rowblock")))  # persistent: tiles only
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "persistent" in e.message
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", 17)))
+    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "splits=17" in e.message
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 1, 3, 0, "rowblock", 2)))  # ring: no splits
+    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "splits=2" in e.message
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 1, 1, 1, "rowblock", 2)))  # persistent: no splits
+    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "splits=2" in e.message
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 4, 0, "stream", 2)))
+    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "splits=2" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 9, 0, "rowblock")))
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "stages=9" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 16, 2, 8, 0, "rowblock")))  # 16*8*2*1088 B

@@ -26,28 +26,32 @@ from pyq2.gpu import CONFIG_FIELDS, FAMILIES, decode_config
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 
 
-def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock", "persistent")):
-    """Configurations to time: 6-tuples in CONFIG_FIELDS order (refused ones are skipped)."""
+def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock", "persistent", "splits")):
+    """Configurations to time: tuples in CONFIG_FIELDS order (refused ones are skipped)."""
     rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
     if "stream" in families:
         warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
         for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
-            yield (rt, w, u, s, 0, 0)
+            yield (rt, w, u, s, 0, 0, 0)
     if "rowblock" in families and layout == "tiles":  # one block per row block
         for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2, 3, 4, 6)):
-            yield (layout_rt, w, u, s, 0, 1)
+            yield (layout_rt, w, u, s, 0, 1, 0)
         for w in (4, 8, 16):  # batches of 4 units (rt 2, m <= 8)
-            yield (layout_rt, w, 4, 1, 0, 1)
+            yield (layout_rt, w, 4, 1, 0, 1, 0)
     if "persistent" in families and layout == "tiles":  # register kernels on a persistent grid:
         for w, u, s in itertools.product((2, 4, 8, 16), (1, 2, 4), (1, 2)):  # half or all of the
             for b in sorted({max(1, 32 // w), 64 // w}):  # blocks per SM 64 warps allow
-                yield (layout_rt, w, u, s, b, 1)
+                yield (layout_rt, w, u, s, b, 1, 0)
     if "rowblock" in families and layout == "planes":  # register kernels only (no ring)
         for rt, w, u, s in itertools.product((1, 2), (2, 4, 8, 16), (1, 2), (1, 2)):
-            yield (rt, w, u, s, 0, 1)
+            yield (rt, w, u, s, 0, 1, 0)
+    if "splits" in families:  # register kernels, row blocks split over 2-4 blocks
+        rts = [layout_rt] if layout == "tiles" else [1, 2]
+        for rt, w, u, s, sp in itertools.product(rts, (4, 8, 16), (1, 2), (1, 2), (2, 3, 4)):
+            yield (rt, w, u, s, 0, 1, sp)
 
 
-def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "rowblock", "persistent")):
+def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "rowblock", "persistent", "splits")):
     entries, rows = [], []
     for name in shapes:
         n, k, _ = SHAPES[name]
@@ -91,12 +95,12 @@ def render_table(entries, env, keep=()):
     ]
     lines += [line for line in keep if line.startswith("// ") and "Generated" in line]
     lines += ["//",
-              "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks)  // us"]
+              "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits)  // us"]
     lines += [line for line in keep if line.startswith("PQ2_TUNED(")]
     for layout, m, n, k, layout_rt, cfg, us in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[4], e[1])):
-        rt, warps, unroll, stages, blocks, family = cfg
+        rt, warps, unroll, stages, blocks, family, splits = cfg
         args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt, FAMILY_NAMES[family],
-                                          rt, warps, unroll, stages, blocks))
+                                          rt, warps, unroll, stages, blocks, splits))
         lines.append(f"PQ2_TUNED({args})  // {us:.1f} us")
     return "\n".join(lines) + "\n"
 
@@ -130,9 +134,10 @@ def main(argv=None):
     ap.add_argument("--write", help="decode_table.inc to write")
     ap.add_argument("--json")
     ap.add_argument("--wide", action="store_true", help="the larger search space")
-    ap.add_argument("--families", default="stream,rowblock,persistent",
+    ap.add_argument("--families", default="stream,rowblock,persistent,splits",
                     help="kernel families to search: stream, rowblock, persistent (row-block kernels "
-                         "on a persistent grid: config blocks > 0)")
+                         "on a persistent grid: config blocks > 0), splits (row blocks split over "
+                         "several blocks: config splits > 1)")
     args = ap.parse_args(argv)
     _native.check(_native.load()[1].pq2_cuda_init())
     env = environment()

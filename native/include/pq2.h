@@ -68,7 +68,7 @@ extern "C" {
 /* PQ2_CDEF_BEGIN */
 
 /* Bumped on any incompatible change of a signature, struct, enum value or layout. */
-#define PQ2_ABI_VERSION 2
+#define PQ2_ABI_VERSION 3
 
 /* Format version written to repacked files as pyq2.format_version. */
 #define PQ2_FORMAT_VERSION 1
@@ -192,6 +192,11 @@ typedef struct pq2_decode_config {
                        grid of at most that many blocks per multiprocessor, each looping over row
                        blocks (it loads the next row block's first weights before reducing) */
     int32_t family; /* PQ2_DECODE_STREAM or PQ2_DECODE_ROWBLOCK */
+    int32_t splits; /* ROWBLOCK with stages 1-2 and blocks 0: 0 or 1 = one block per row block;
+                       2..16 = each row block's 128-groups split over that many blocks (more
+                       blocks than multiprocessors for few, long row blocks); the last block of
+                       a row block to finish adds the splits' partial sums in split order
+                       (deterministic; needs workspace). STREAM: must be 0 or 1. (ABI 3) */
 } pq2_decode_config;
 
 /* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */

@@ -14,13 +14,24 @@ struct pq2_decode_problem {
     uint32_t *counters;      // arrival counters, one per row block, zero on entry
     int64_t n, k;
     int32_t m, layout, y_dtype;
+    int32_t splits;          // row-block family: blocks per row block (1 = no split)
 };
 
 // The token class of m, which picks a kernel instance: 1 (m == 1), 8 (m <= 8) or 16.
 static inline int pq2_decode_tokens_class(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
 
+// Arrival counters a call needs in its workspace (zeroed before the kernel): one per row block
+// for the stream family and for split row blocks (row-block family, splits > 1), else none.
+static inline size_t pq2_decode_counters(const pq2_decode_config &cfg, int64_t n);
+
 // Row blocks (blocks along N) of a configuration: ceil(n / (16 * rt)).
 __host__ __device__ inline int64_t pq2_decode_row_blocks(int64_t n, int32_t rt) { return (n + 16 * rt - 1) / (16 * rt); }
+
+static inline size_t pq2_decode_counters(const pq2_decode_config &cfg, int64_t n)
+{
+    const bool needed = cfg.family == PQ2_DECODE_STREAM || (cfg.family == PQ2_DECODE_ROWBLOCK && cfg.splits > 1);
+    return needed ? (size_t)pq2_decode_row_blocks(n, cfg.rt) : 0;
+}
 
 // One-time per device: lets every decode kernel use up to max_smem_optin bytes of shared memory.
 pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin);
@@ -65,8 +76,8 @@ pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin);
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
                                      int32_t layout_rt, int64_t m, int cc, int max_smem);
 // The grid of cfg on a device with `sms` multiprocessors: one block per row block
-// (ceil(n / (16*rt))), or with cfg.blocks > 0 at most cfg.blocks * sms blocks that loop over the
-// row blocks.
+// (ceil(n / (16*rt))), cfg.splits blocks per row block (splits > 1), or with cfg.blocks > 0 at
+// most cfg.blocks * sms blocks that loop over the row blocks.
 int64_t pq2_rowblock_grid(const pq2_decode_config &cfg, int64_t n, int sms);
 // Launches `blocks` (pq2_rowblock_grid) blocks.
 pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, const pq2_decode_config &cfg,

@@ -29,6 +29,7 @@
 namespace {
 
 constexpr int kMaxBlocksPerSm = 32;  // a multiprocessor holds at most 32 blocks
+constexpr int kMaxSplits = 16;       // blocks per row block (config splits)
 
 // 16 bytes read once: no L1 allocation.
 __device__ __forceinline__ uint4 ld_stream16(const uint8_t *p)
@@ -313,10 +314,13 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &
 }
 
 // Sums the warps' accumulators in warp order (deterministic) through `red` (shared memory,
-// warps * RT * NT * 128 floats, free for this use) and stores the row block's outputs.
-template <int RT, int NT, int TOKS>
-__device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float *red, int rb, int warp, int warps,
-                                             int lane, const float (&acc)[RT][NT][4])
+// warps * RT * NT * 128 floats, free for this use) and stores the row block's outputs. SPLIT:
+// the block holds split `split` of p.splits of row block rb's groups: it writes its sums to
+// p.partial and the last of the row block's blocks to arrive adds the splits' partials in split
+// order (deterministic whichever block is last) and stores them.
+template <int RT, int NT, int TOKS, bool SPLIT>
+__device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float *red, int rb, int split, int warp,
+                                             int warps, int lane, const float (&acc)[RT][NT][4])
 {
 #pragma unroll
     for (int r = 0; r < RT; ++r)
@@ -330,6 +334,7 @@ __device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float 
     __syncthreads();
     constexpr int TR = 16 * RT;
     const int outputs = TR * p.m;
+    float *part = SPLIT ? p.partial + (size_t)rb * p.splits * outputs : nullptr;  // [split][tok][row]
     for (int e = threadIdx.x; e < outputs; e += blockDim.x) {
         const int tok = e / TR, row = e - tok * TR;
         const int64_t n_row = (int64_t)rb * TR + row;
@@ -339,8 +344,29 @@ __device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float 
         const int src = ((r * NT + nt) * 4 + (rr >> 3) * 2 + (c & 1)) * 32 + (rr & 7) * 4 + (c >> 1);
         float v = 0.0f;
         for (int w = 0; w < warps; ++w) v += red[w * (RT * NT * 128) + src];
+        if constexpr (SPLIT)
+            part[(size_t)split * outputs + e] = v;
+        else
+            pq2_store_from_f32(p.y, (size_t)tok * p.n + n_row, p.y_dtype, v);
+    }
+    if constexpr (!SPLIT) return;
+    // Arrival: every thread's partial is visible device-wide before thread 0 counts the block.
+    __threadfence();
+    __syncthreads();
+    __shared__ unsigned last;
+    if (threadIdx.x == 0) last = atomicAdd(p.counters + rb, 1u) == (unsigned)(p.splits - 1);
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+    for (int e = threadIdx.x; e < outputs; e += blockDim.x) {
+        const int tok = e / TR, row = e - tok * TR;
+        const int64_t n_row = (int64_t)rb * TR + row;
+        if (n_row >= p.n) continue;
+        float v = 0.0f;
+        for (int sp = 0; sp < p.splits; ++sp) v += __ldcg(part + (size_t)sp * outputs + e);
         pq2_store_from_f32(p.y, (size_t)tok * p.n + n_row, p.y_dtype, v);
     }
+    if (threadIdx.x == 0) p.counters[rb] = 0;  // ready for the next call (the quantiser also clears it)
 }
 
 template <int RT, int NT>
@@ -354,11 +380,15 @@ __device__ __forceinline__ void zero_acc(float (&acc)[RT][NT][4])
             for (int j = 0; j < 4; ++j) acc[r][nt][j] = 0.0f;
 }
 
-// stages 1 and 2: register batches. PERSIST false: one row block per block (blockIdx.x).
-// PERSIST true: row blocks blockIdx.x, + gridDim.x, ... (a grid smaller than the row blocks);
+// The grid of the register kernels (template GRID): one block per row block, a persistent grid
+// (config blocks > 0) or `splits` blocks per row block (config splits > 1).
+enum rowblock_grid_kind { kGridRows = 0, kGridPersist = 1, kGridSplit = 2 };
+
+// stages 1 and 2: register batches. kGridRows: one row block per block (blockIdx.x).
+// kGridPersist: row blocks blockIdx.x, + gridDim.x, ... (a grid smaller than the row blocks);
 // the first batch of the next row block is loaded before this one's reduction, so the warp's
 // loads do not pause there.
-template <int LAYOUT, int RT, int U, int TOKS, int STAGES, bool PERSIST>
+template <int LAYOUT, int RT, int U, int TOKS, int STAGES, int GRID>
 __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
 {
     extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
@@ -366,9 +396,16 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     constexpr int NJ = TOKS == 1 ? 1 : 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int G = (int)(p.k >> 7);
-    const warp_split ws = split_of(G, warp, warps);
-    const int g_begin = ws.g_begin, len = ws.len;
-    int rb = blockIdx.x;
+    // kGridSplit: block x holds split x % splits of row block x / splits, groups
+    // [split*G/splits, (split+1)*G/splits), shared among its warps.
+    int rb = blockIdx.x, split = 0, g0 = 0, gs = G;
+    if constexpr (GRID == kGridSplit) {
+        rb = blockIdx.x / p.splits, split = blockIdx.x - rb * p.splits;
+        g0 = (int)((int64_t)split * G / p.splits);
+        gs = (int)((int64_t)(split + 1) * G / p.splits) - g0;
+    }
+    const warp_split ws = split_of(gs, warp, warps);
+    const int g_begin = g0 + ws.g_begin, len = ws.len;
     weight_src<LAYOUT, RT, U> src(p, rb, g_begin, lane);
 
     // The first batch (stages 1) or two (stages 2) are in flight before the wait.
@@ -397,8 +434,8 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                 if (i + 3 * U < len) src.load(b1, i + 3 * U, min(len - i - 3 * U, U));
             }
         }
-        if constexpr (!PERSIST) {
-            reduce_store<RT, NT, TOKS>(p, red, rb, warp, warps, lane, acc);
+        if constexpr (GRID != kGridPersist) {
+            reduce_store<RT, NT, TOKS, GRID == kGridSplit>(p, red, rb, split, warp, warps, lane, acc);
             return;
         } else {
             const int next = rb + (int)gridDim.x;
@@ -408,7 +445,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                 if (len > 0) src.load(b0, 0, min(len, U));
                 if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
             }
-            reduce_store<RT, NT, TOKS>(p, red, rb, warp, warps, lane, acc);
+            reduce_store<RT, NT, TOKS, false>(p, red, rb, 0, warp, warps, lane, acc);
             if (!more) return;
             __syncthreads();  // every thread has read `red` before the next row block writes it
             rb = next;
@@ -491,7 +528,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
         if (lane == 0 && i + stages < n_slots) issue_slot<RT, U>(ring, bars, stages, i + stages, len, src_codes, src_scales);
     }
     __syncthreads();  // every warp is done with its ring: reuse it for the reduction
-    reduce_store<RT, NT, TOKS>(p, reinterpret_cast<float *>(smem), blockIdx.x, warp, warps, lane, acc);
+    reduce_store<RT, NT, TOKS, false>(p, reinterpret_cast<float *>(smem), blockIdx.x, 0, warp, warps, lane, acc);
 }
 
 // ---- instances ------------------------------------------------------------------------------
@@ -528,20 +565,37 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     PQ2_RING_TOKS(X, 1, 1) PQ2_RING_TOKS(X, 1, 2) PQ2_RING_TOKS(X, 1, 4) PQ2_RING_TOKS(X, 2, 1) \
     PQ2_RING_TOKS(X, 2, 2) X(4, 1, 1) X(4, 1, 8)
 
+// The split register kernels (config splits > 1): tiles rt 2 and planes rt 1-2 (the layouts'
+// usual row blocks), the register kernels' combinations less planes rt 2 U 1 m > 8 stages 2
+// (spills).
+#define PQ2_SPLIT_INSTANCES(X)                                                                           \
+    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2)       \
+    X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                      \
+    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)   \
+    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 1, 2)   \
+    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)                                      \
+    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
+
 using rowblock_fn = void (*)(const pq2_decode_problem);
 using ring_fn = void (*)(const pq2_decode_problem, int);
 
-rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, bool persist)
+int grid_kind(const pq2_decode_config &cfg) { return cfg.splits > 1 ? kGridSplit : cfg.blocks > 0 ? kGridPersist : kGridRows; }
+
+rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, int grid)
 {
     const int toks = pq2_decode_tokens_class(m);
-#define PQ2_MATCH(L, R, U, T, S) \
-    if (!persist && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S, false>;
+#define PQ2_MATCH_GRID(GK, L, R, U, T, S) \
+    if (grid == GK && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S, GK>;
+#define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridRows, L, R, U, T, S)
     PQ2_ROWBLOCK_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
-#define PQ2_MATCH(L, R, U, T, S) \
-    if (persist && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S, true>;
+#define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridPersist, L, R, U, T, S)
     PQ2_PERSIST_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
+#define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridSplit, L, R, U, T, S)
+    PQ2_SPLIT_INSTANCES(PQ2_MATCH)
+#undef PQ2_MATCH
+#undef PQ2_MATCH_GRID
     return nullptr;
 }
 
@@ -558,7 +612,7 @@ ring_fn find_ring(int32_t rt, int32_t unroll, int64_t m)
 bool has_instance(const pq2_decode_config &cfg, int32_t layout, int64_t m)
 {
     return cfg.stages >= 3 ? find_ring(cfg.rt, cfg.unroll, m) != nullptr
-                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages, cfg.blocks > 0) != nullptr;
+                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages, grid_kind(cfg)) != nullptr;
 }
 
 }  // namespace
@@ -595,6 +649,15 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config blocks=%d with stages=%d: the bulk-copy ring runs one block per row "
                              "block (blocks 0)", fn, (int)cfg.blocks, (int)cfg.stages);
+    if (cfg.splits < 0 || cfg.splits > kMaxSplits)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: config splits=%d is not in 0..%d (row block family: blocks per row block)", fn,
+                             (int)cfg.splits, kMaxSplits);
+    if (cfg.splits > 1 && (cfg.blocks != 0 || cfg.stages >= 3))
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                             "%s: config splits=%d with blocks=%d stages=%d: split row blocks run on the register "
+                             "kernels (stages 1-2) with one grid block per split (blocks 0)", fn, (int)cfg.splits,
+                             (int)cfg.blocks, (int)cfg.stages);
     if (cfg.stages >= 3 && cc < 90)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d (bulk-copy ring) needs compute capability 9.0; this device "
@@ -604,20 +667,25 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s m=%lld", fn,
                              pq2_layout_name(layout), (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages,
-                             cfg.blocks > 0 ? " (persistent grid)" : "", (long long)m);
+                             cfg.splits > 1 ? " (split row blocks)" : cfg.blocks > 0 ? " (persistent grid)" : "",
+                             (long long)m);
     return PQ2_OK;
 }
 
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
-#define PQ2_ATTR(L, R, U, T, S) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
+#define PQ2_ATTR_GRID(GK, L, R, U, T, S) \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, GK>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
+#define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridRows, L, R, U, T, S)
     PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
-#define PQ2_ATTR(L, R, U, T, S) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
+#define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridPersist, L, R, U, T, S)
     PQ2_PERSIST_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
+#define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridSplit, L, R, U, T, S)
+    PQ2_SPLIT_INSTANCES(PQ2_ATTR)
+#undef PQ2_ATTR
+#undef PQ2_ATTR_GRID
 #define PQ2_ATTR(R, U, T)                                                                                       \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin)); \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
@@ -629,6 +697,7 @@ pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 int64_t pq2_rowblock_grid(const pq2_decode_config &cfg, int64_t n, int sms)
 {
     const int64_t row_blocks = pq2_decode_row_blocks(n, cfg.rt);
+    if (cfg.splits > 1) return row_blocks * cfg.splits;
     const int64_t persistent = (int64_t)cfg.blocks * sms;
     return cfg.blocks > 0 && persistent < row_blocks ? persistent : row_blocks;
 }
@@ -637,13 +706,13 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
                                int64_t blocks, bool after_kernel, cudaStream_t stream)
 {
     const int64_t row_blocks = pq2_decode_row_blocks(p.n, cfg.rt);
-    if (row_blocks > INT32_MAX || p.k / 128 * row_blocks > INT32_MAX)
+    if (blocks > INT32_MAX || p.k / 128 * row_blocks > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: n=%lld k=%lld: too many row blocks for one grid", fn,
                              (long long)p.n, (long long)p.k);
     pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m), stream, after_kernel);
     if (cfg.stages >= 3)
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
     else
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages, cfg.blocks > 0), p));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages, grid_kind(cfg)), p));
     return pq2_launch_status(fn);
 }

@@ -60,11 +60,11 @@ struct tuned_entry {
 #define PLANES PQ2_LAYOUT_PLANES
 #define STREAM PQ2_DECODE_STREAM
 #define ROWBLOCK PQ2_DECODE_ROWBLOCK
-#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks) \
-    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family}},
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits) \
+    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family, splits}},
 const tuned_entry kTable[] = {
 #include "decode_table.inc"
-    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0}}};
+    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0}}};
 #undef PQ2_TUNED
 #undef STREAM
 #undef ROWBLOCK
@@ -79,6 +79,7 @@ pq2_decode_config fallback_config(const pq2_view &v, int64_t m)
 {
     pq2_decode_config c;
     c.blocks = 0;
+    c.splits = 0;
     if (v.layout == PQ2_LAYOUT_TILES && (m <= 8 || v.rt <= 2)) {
         c.family = PQ2_DECODE_ROWBLOCK;
         c.rt = v.rt;
@@ -118,9 +119,11 @@ workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_decode_con
     w.q8 = off, off = align256(off + (size_t)m * v.k);
     w.xs = off, off = align256(off + (size_t)m * v.groups * sizeof(float));
     w.sums = off, off = align256(off + (size_t)m * v.groups * sizeof(int32_t));
-    const size_t counters = cfg.family == PQ2_DECODE_STREAM ? (size_t)pq2_decode_row_blocks(v.n, cfg.rt) : 0;
+    const size_t counters = pq2_decode_counters(cfg, v.n);
     w.counters = off, off = align256(off + counters * sizeof(uint32_t));
-    const size_t partial = cfg.family == PQ2_DECODE_STREAM ? (size_t)2 * blocks * cfg.warps * m * 16 * cfg.rt : 0;
+    const size_t partial = cfg.family == PQ2_DECODE_STREAM ? (size_t)2 * blocks * cfg.warps * m * 16 * cfg.rt
+                           : cfg.splits > 1 ? (size_t)blocks * m * 16 * cfg.rt  // blocks = row blocks * splits
+                                            : 0;
     w.partial = off, off = align256(off + partial * sizeof(float));
     w.total = off;
     return w;
@@ -158,6 +161,9 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (cfg->family != PQ2_DECODE_STREAM)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config family=%d is not PQ2_DECODE_STREAM (0) or "
                              "PQ2_DECODE_ROWBLOCK (1)", fn, (int)cfg->family);
+    if (cfg->splits != 0 && cfg->splits != 1)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config splits=%d: the stream family takes 0 or 1 "
+                             "(it splits row blocks by its own plan)", fn, (int)cfg->splits);
     PQ2_CHECK(pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m, v->k, max_smem));
     return pq2_decode_grid(fn, cfg, v->layout, m, v->n, v->k, sms, blocks);
 }
@@ -174,6 +180,7 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
+    p.splits = cfg.family == PQ2_DECODE_ROWBLOCK && cfg.splits > 1 ? cfg.splits : 1;
     if (cfg.family == PQ2_DECODE_ROWBLOCK) return pq2_rowblock_launch(fn, p, cfg, blocks, after_kernel, stream);
     return pq2_decode_launch(fn, p, cfg, blocks, after_kernel, stream);
 }
@@ -268,9 +275,8 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     matmul_call c;
     PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &c));
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    // The stream family's arrival counters start at zero: the quantiser clears them.
-    const int32_t n_counters =
-        c.cfg.family == PQ2_DECODE_STREAM ? (int32_t)pq2_decode_row_blocks(c.v.n, c.cfg.rt) : 0;
+    // Arrival counters (stream family, split row blocks) start at zero: the quantiser clears them.
+    const int32_t n_counters = (int32_t)pq2_decode_counters(c.cfg, c.v.n);
     int8_t *q8 = reinterpret_cast<int8_t *>(c.ws + c.plan.q8);
     float *xs = reinterpret_cast<float *>(c.ws + c.plan.xs);
     int32_t *sums = reinterpret_cast<int32_t *>(c.ws + c.plan.sums);
@@ -299,9 +305,9 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     matmul_call c;
     PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &c));
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    // The stream family's arrival counters must start at zero (pq2_matmul_cuda clears them in
-    // its quantiser); the row-block family has none.
-    if (c.cfg.family == PQ2_DECODE_STREAM)
+    // Arrival counters (stream family, split row blocks) must start at zero (pq2_matmul_cuda
+    // clears them in its quantiser).
+    if (pq2_decode_counters(c.cfg, c.v.n) > 0)
         PQ2_CUDA_TRY(fn, cudaMemsetAsync(c.ws + c.plan.counters, 0, c.plan.partial - c.plan.counters, s));
     PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, false, s));
     return pq2_ok();
