@@ -170,9 +170,10 @@ def test_odd_shapes_every_m(shape, layout, rt):
         check_matmul(shape, m, dtype, layout, rt, content="random", seed=m)
 
 
-@pytest.mark.parametrize("layout,rt", [("tiles", 4), ("planes", 0)], ids=["tiles4", "planes"])
+@pytest.mark.parametrize("layout,rt", [("tiles", 2), ("tiles", 4), ("planes", 0)], ids=["tiles2", "tiles4", "planes"])
 @pytest.mark.parametrize("name", list(MODEL_SHAPES))
 def test_model_shapes(name, layout, rt):
+    """The dispatcher's own choice (the tuned table: tiles 2 and planes) at every M."""
     shape = MODEL_SHAPES[name]
     for m in ALL_M:
         dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]

@@ -25,22 +25,14 @@ import statistics
 import subprocess
 import sys
 
-import numpy as np
 import torch
 
+from decode_shapes import SHAPES, pq2_bytes  # noqa: F401 (re-exported for the other tools)
 from pyq2 import _native, host
-from pyq2.gpu import PQ2Weights, decode_config
+from pyq2.gpu import PQ2Weights
 
-SHAPES = {  # name: (N, K, calls per decode step), TARGETS.md
-    "gate_up": (34816, 5120, 64), "down": (5120, 17408, 64), "in_proj": (16384, 5120, 48),
-    "qkv": (14336, 5120, 16), "out": (5120, 6144, 64), "lm_head": (248320, 5120, 1),
-}
 TARGET_M1 = {"gate_up": 0.85, "lm_head": 0.85, "in_proj": 0.75, "qkv": 0.75, "down": 0.75, "out": 0.55}
 ROTATE_BYTES = 256 << 20
-
-
-def pq2_bytes(n, k):
-    return n * (k // 128) * 34
 
 
 # ---- timing ---------------------------------------------------------------------------------
@@ -89,7 +81,6 @@ def read_bandwidth_gbs(nbytes=2 << 30, reps=30):
     out = torch.empty(grid[0], dtype=torch.int32, device="cuda")
     f = lambda: _read[grid](x, out, x.numel(), BLOCK=BLOCK)  # noqa: E731
     us, _ = graph_time_us([f], replays=reps)
-    del x, out
     return nbytes / (us * 1e-6) / 1e9
 
 

@@ -16,9 +16,7 @@ import itertools
 import json
 import sys
 
-import torch
-
-from bench_decode import SHAPES, copies_for, environment, pq2_bytes, resident, time_pq2
+from decode_shapes import SHAPES, pq2_bytes
 from pyq2 import _native
 from pyq2.errors import Pq2Error
 from pyq2.gpu import CONFIG_FIELDS, FAMILIES, decode_config
@@ -51,14 +49,39 @@ def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock
             yield (rt, w, u, s, 0, 1, sp)
 
 
+# Within this fraction of the fastest, the lighter configuration wins (footprint()).
+TIE = 0.02
+
+
+def footprint(cfg):
+    """Order among near-equal configurations: register kernels before the shared-memory ring
+    (stages >= 3), unsplit row blocks before split ones. A call that holds 100 KB of shared
+    memory per block keeps the next call's blocks from starting early in a chain of calls
+    (bench/NOTES.md v8c: one such table entry cost the decode pass 0.26 ms while timing within
+    1% of the register kernel on its own)."""
+    rt, warps, unroll, stages, blocks, family, splits = cfg
+    return (stages >= 3, splits > 1)
+
+
+def pick(cands):
+    """(us, cfg) to keep from the timed (us, cfg) candidates of one shape and M."""
+    fastest = min(us for us, _ in cands)
+    return min(((footprint(c), us, c) for us, c in cands if us <= fastest * (1 + TIE)),
+               key=lambda t: (t[0], t[1]))[1:]
+
+
 def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "rowblock", "persistent", "splits")):
+    import torch  # the GPU side only: --from-json runs without it
+
+    from bench_decode import copies_for, resident, time_pq2
+
     entries, rows = [], []
     for name in shapes:
         n, k, _ = SHAPES[name]
         for layout, layout_rt in layouts:
             ws = resident(n, k, layout, layout_rt, copies_for(pq2_bytes(n, k)))
             for m in ms:
-                best = None
+                cands = []
                 for cfg in search_space(layout, layout_rt, m, wide, families):
                     try:
                         us = time_pq2(ws, m, decode_config(*cfg), replays=replays)
@@ -68,8 +91,8 @@ def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "row
                         continue
                     rows.append({"shape": name, "layout": layout, "layout_rt": layout_rt, "m": m,
                                  "config": dict(zip(CONFIG_FIELDS, cfg)), "us": us})
-                    if best is None or us < best[0]:
-                        best = (us, cfg)
+                    cands.append((us, cfg))
+                best = pick(cands)
                 default_us = time_pq2(ws, m, None, replays=replays)
                 gbs = pq2_bytes(n, k) / (best[0] * 1e-6) / 1e9
                 log(f"{name:8s} {layout}{layout_rt or ''} M={m:2d}: best {best[0]:8.1f} us ({gbs:5.0f} GB/s) "
@@ -83,7 +106,7 @@ def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "row
 FAMILY_NAMES = {v: k.upper() for k, v in FAMILIES.items()}  # the table macro's names
 
 
-def render_table(entries, env, keep=()):
+def render_table(entries, env, keep=(), note=""):
     """The table text: the tuned entries plus `keep` (existing PQ2_TUNED lines of layouts not
     tuned in this run, with their provenance comments)."""
     lines = [
@@ -91,7 +114,7 @@ def render_table(entries, env, keep=()):
         "// Rewritten by tools/tune_decode.py from measurements on the GPU; shapes not listed use",
         "// fallback_config() in dispatch.cu.",
         f"// Generated {env['date']} on {env['gpu']} ({env['nvidia_smi']}), commit {env['commit']}"
-        f" (layouts {', '.join(sorted({e[0] + str(e[4] or '') for e in entries}))}).",
+        f" (layouts {', '.join(sorted({e[0] + str(e[4] or '') for e in entries}))}){note}.",
     ]
     lines += [line for line in keep if line.startswith("// ") and "Generated" in line]
     lines += ["//",
@@ -125,6 +148,22 @@ def kept_lines(path, tuned_layouts):
     return keep
 
 
+def entries_from_json(path):
+    """Re-pick the table entries of a saved tune (--json) without a GPU: (entries, env)."""
+    with open(path) as f:
+        saved = json.load(f)
+    groups = {}
+    for r in saved["rows"]:
+        cfg = tuple(r["config"].get(f, 0) for f in CONFIG_FIELDS)
+        groups.setdefault((r["shape"], r["layout"], r["layout_rt"], r["m"]), []).append((r["us"], cfg))
+    entries = []
+    for (name, layout, layout_rt, m), cands in groups.items():
+        us, cfg = pick(cands)
+        n, k, _ = SHAPES[name]
+        entries.append((layout, m, n, k, layout_rt, cfg, us))
+    return entries, saved["env"]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shapes", default=",".join(SHAPES))
@@ -138,7 +177,20 @@ def main(argv=None):
                     help="kernel families to search: stream, rowblock, persistent (row-block kernels "
                          "on a persistent grid: config blocks > 0), splits (row blocks split over "
                          "several blocks: config splits > 1)")
+    ap.add_argument("--from-json", help="no GPU: re-pick the entries of a saved --json tune and --write them")
     args = ap.parse_args(argv)
+    if args.from_json:
+        entries, env = entries_from_json(args.from_json)
+        if args.write:
+            layouts = sorted({(e[0], e[4]) for e in entries})
+            keep = kept_lines(args.write, layouts)
+            with open(args.write, "w") as f:
+                f.write(render_table(entries, env, keep, note=f"; entries re-picked from {args.from_json}"))
+        for e in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[1])):
+            print(f"{e[0]} n={e[2]} k={e[3]} M<={e[1]}: {dict(zip(CONFIG_FIELDS, e[5]))} {e[6]:.1f} us")
+        return 0
+    from bench_decode import environment
+
     _native.check(_native.load()[1].pq2_cuda_init())
     env = environment()
     layouts = [(a, int(b)) for a, b in (v.split(":") for v in args.layouts.split(","))]
