@@ -214,8 +214,9 @@ PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, int64_t m,
  * Stream order (compute capability 9.0): the call's kernels are programmatic dependents of the
  * kernel before them, so they start streaming the WEIGHTS before that kernel has finished; x,
  * the workspace and y are ordered as usual. Do not write the weights in the kernel launched
- * right before the call on the same stream (put another stream operation between them, e.g.
- * an event record). pq2_matmul_q8_cuda does not overlap (stream order as usual). */
+ * right before the call on the same stream; weights written earlier (by a copy, or by a kernel
+ * with at least one other kernel after it before the call) are safe. pq2_matmul_q8_cuda does
+ * not overlap (stream order as usual). */
 PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t x_dtype, void *y,
                                    int32_t y_dtype, int64_t m, const pq2_decode_config *cfg,
                                    void *workspace, size_t workspace_bytes, void *stream);
