@@ -30,9 +30,6 @@ namespace {
 
 constexpr int kMaxBlocksPerSm = 32;  // a multiprocessor holds at most 32 blocks
 constexpr int kMaxSplits = 16;       // blocks per row block (config splits)
-// Shared memory the register kernels may not use dynamically: their static shared memory (the
-// split arrival flag) comes out of the same per-block limit.
-constexpr int kStaticSmemReserve = 1024;
 
 // 16 bytes read once: no L1 allocation.
 __device__ __forceinline__ uint4 ld_stream16(const uint8_t *p)
@@ -705,8 +702,7 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d (bulk-copy ring) needs compute capability 9.0; this device "
                              "has %d.%d (use stages 1 or 2)", fn, (int)cfg.stages, cc / 10, cc % 10);
-    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m, k),
-                                    cfg.stages >= 3 ? max_smem : max_smem - kStaticSmemReserve));
+    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m, k), max_smem));
     if (!has_instance(cfg, layout, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s m=%lld", fn,
@@ -719,7 +715,7 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
 #define PQ2_ATTR_GRID(GK, L, R, U, T, S) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, GK>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin - kStaticSmemReserve));
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, GK>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin));
 #define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridRows, L, R, U, T, S)
     PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
