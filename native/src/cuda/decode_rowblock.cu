@@ -193,16 +193,11 @@ struct act_ptrs {
     const int8_t *q[NT];       // + tq*8
     const float *xs[NT][NJ];   // [g]
     const int32_t *sums[NT][NJ];
-    // m == 1, register kernels: the activations staged in shared memory (stage_act): q8 of
-    // group g at sq + (g - g_off) * 128 in fragment order, {x scale / 64, -sum} at sxn[g - g_off].
-    const uint8_t *sq;
-    const float2 *sxn;
-    int g_off;
 };
 
 // Accumulates one unit (group g; the lane's code bytes w[r] and scale words sc[r] of its RT
 // sub-tiles) into acc.
-template <int RT, int NT, int TOKS, bool SMEM_ACT = false>
+template <int RT, int NT, int TOKS>
 __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&sc)[RT], int g,
                                          const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, float (&acc)[RT][NT][4])
 {
@@ -210,18 +205,8 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
     uint2 bq[NT][4];
     float xs[NT][NJ];
     int ns[NT][NJ];
-    if constexpr (SMEM_ACT) {
-        static_assert(TOKS == 1, "shared-memory activations: m == 1 only");
-        const int tq = threadIdx.x & 3;
-        const uint8_t *q = A.sq + (g - A.g_off) * 128 + tq * 32;
-        const uint4 lo = *reinterpret_cast<const uint4 *>(q), hi = *reinterpret_cast<const uint4 *>(q + 16);
-        bq[0][0] = make_uint2(lo.x, lo.y), bq[0][1] = make_uint2(lo.z, lo.w);
-        bq[0][2] = make_uint2(hi.x, hi.y), bq[0][3] = make_uint2(hi.z, hi.w);
-        const float2 xn = A.sxn[g - A.g_off];
-        xs[0][0] = xn.x, ns[0][0] = __float_as_int(xn.y);
-    }
 #pragma unroll
-    for (int nt = 0; nt < NT && !SMEM_ACT; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
         for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + g * 128 + s * 32));
 #pragma unroll
@@ -285,7 +270,7 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 }
 
 // Accumulates units [0, n) of batch b (groups g0, g0+1, ...) into acc.
-template <int RT, int U, int NT, int TOKS, bool SMEM_ACT>
+template <int RT, int U, int NT, int TOKS>
 __device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int n,
                                               const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A,
                                               float (&acc)[RT][NT][4])
@@ -293,28 +278,8 @@ __device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         if (u >= n) break;
-        unit_mma<RT, NT, TOKS, SMEM_ACT>(b.codes[u], b.scales[u], g0 + u, A, acc);
+        unit_mma<RT, NT, TOKS>(b.codes[u], b.scales[u], g0 + u, A, acc);
     }
-}
-
-// m == 1: this warp copies the activations of its groups [gb, gb + len) into shared memory at
-// `stage` (the block's groups [g0, g0 + gs) have slots there): q8 in fragment order (a lane's
-// four plane fragments of a group are 32 contiguous bytes: two 16-byte loads instead of four
-// 8-byte ones), then {x scale / 64, -sum} per group; points A at them. All of the warp's
-// activation loads are in flight at once (one round trip instead of one per unit).
-__device__ __forceinline__ void stage_act(const pq2_decode_problem &p, uint8_t *stage, int g0, int gs, int gb,
-                                          int len, int lane, act_ptrs<1, 1> &A)
-{
-    for (int c = lane; c < len * 16; c += 32) {  // 8-byte pieces: (group, plane, tq)
-        const int g = gb + (c >> 4), plane = (c >> 2) & 3, tq = c & 3;
-        const uint2 v = __ldg(reinterpret_cast<const uint2 *>(p.q8 + (size_t)g * 128 + plane * 32 + tq * 8));
-        *reinterpret_cast<uint2 *>(stage + (g - g0) * 128 + tq * 32 + plane * 8) = v;
-    }
-    float2 *sxn = reinterpret_cast<float2 *>(stage + (size_t)gs * 128);
-    for (int i = lane; i < len; i += 32)
-        sxn[gb + i - g0] = make_float2(__ldg(p.xs + gb + i) * (1.0f / 64.0f), __int_as_float(-__ldg(p.sums + gb + i)));
-    A.sq = stage, A.sxn = sxn, A.g_off = g0;
-    __syncwarp();
 }
 
 // This warp's share of each row block: groups [g_begin, g_begin + len).
@@ -448,11 +413,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     if (len > 0) src.load(b0, 0, min(len, U));
     if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
-    act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
-    constexpr bool SMEM_ACT = TOKS == 1 && RT == 2;  // (rt 1 and 4 spill with it)
-    if constexpr (SMEM_ACT)
-        stage_act(p, reinterpret_cast<uint8_t *>(red) + (size_t)warps * RT * NT * 128 * sizeof(float), g0, gs, g_begin,
-                  len, lane, A);
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
 
     for (;;) {
         float acc[RT][NT][4];
@@ -460,16 +421,16 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
         if constexpr (STAGES == 1) {
             for (int i = 0; i < len; i += U) {
                 if (i > 0) src.load(b0, i, min(len - i, U));
-                compute_batch<RT, U, NT, TOKS, SMEM_ACT>(b0, g_begin + i, min(len - i, U), A, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
             }
         } else {
             // Ping-pong between two register sets (no copies): b0 holds units [i, i+U) and b1
             // [i+U, i+2U); each is refilled as soon as it has been computed.
             for (int i = 0; i < len; i += 2 * U) {
-                compute_batch<RT, U, NT, TOKS, SMEM_ACT>(b0, g_begin + i, min(len - i, U), A, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
                 if (i + 2 * U < len) src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
                 if (i + U >= len) break;
-                compute_batch<RT, U, NT, TOKS, SMEM_ACT>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
+                compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
                 if (i + 3 * U < len) src.load(b1, i + 3 * U, min(len - i - 3 * U, U));
             }
         }
@@ -656,18 +617,17 @@ bool has_instance(const pq2_decode_config &cfg, int32_t layout, int64_t m)
 
 }  // namespace
 
-size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m, int64_t k)
+size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m)
 {
     const int nt = m > 8 ? 2 : 1;
     const size_t red = (size_t)cfg.warps * cfg.rt * nt * 128 * sizeof(float);
-    // m == 1: the register kernels stage the activations after the reduction area (stage_act).
-    if (cfg.stages < 3) return red + (m == 1 && cfg.rt == 2 ? (size_t)(k / 128) * (128 + sizeof(float2)) : 0);
+    if (cfg.stages < 3) return red;
     const size_t ring = (size_t)cfg.warps * cfg.stages * (cfg.unroll * cfg.rt * 544 + sizeof(uint64_t));
     return ring > red ? ring : red;
 }
 
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                     int32_t layout_rt, int64_t m, int64_t k, int cc, int max_smem)
+                                     int32_t layout_rt, int64_t m, int cc, int max_smem)
 {
     if (layout != PQ2_LAYOUT_TILES && layout != PQ2_LAYOUT_PLANES)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: the row block family reads the planes or tiles layout", fn);
@@ -702,7 +662,7 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d (bulk-copy ring) needs compute capability 9.0; this device "
                              "has %d.%d (use stages 1 or 2)", fn, (int)cfg.stages, cc / 10, cc % 10);
-    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m, k), max_smem));
+    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m), max_smem));
     if (!has_instance(cfg, layout, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s m=%lld", fn,
@@ -715,7 +675,7 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
 #define PQ2_ATTR_GRID(GK, L, R, U, T, S) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, GK>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin));
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, GK>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
 #define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridRows, L, R, U, T, S)
     PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
@@ -749,7 +709,7 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
     if (blocks > INT32_MAX || p.k / 128 * row_blocks > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: n=%lld k=%lld: too many row blocks for one grid", fn,
                              (long long)p.n, (long long)p.k);
-    pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m, p.k), stream, after_kernel);
+    pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m), stream, after_kernel);
     if (cfg.stages >= 3)
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
     else

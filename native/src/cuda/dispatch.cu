@@ -154,7 +154,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (!cfg_in && cfg->family == PQ2_DECODE_STREAM)  // chunks must tile k/128: shrink for odd k
         while (cfg->unroll > 1 && v->groups % cfg->unroll != 0) cfg->unroll /= 2;
     if (cfg->family == PQ2_DECODE_ROWBLOCK) {
-        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, v->k, cc, max_smem));
+        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, cc, max_smem));
         *blocks = pq2_rowblock_grid(*cfg, v->n, sms);
         return PQ2_OK;
     }
