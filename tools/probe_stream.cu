@@ -27,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#define COMMA ,
 #define CK(x)                                                                                   \
     do {                                                                                        \
         cudaError_t e_ = (x);                                                                   \
@@ -167,63 +168,63 @@ const char *kKindName[] = {"chunked", "persistent", "gridstride"};
 struct variant {
     kind kd;
     int warps, unroll, per_sm;  // per_sm: blocks per SM (persistent, gridstride)
-    int dep = 0;                // chunked: 0 independent calls, 1 wait first, 2 first loads then wait
+    int dep = 0;                // chunked: 0 independent calls, 1 wait first, 2 first loads then wait,
+                                // 3 L2 prefetch of the range + first loads, then wait
 };
 
 int g_sms = 0;
 uint32_t *g_out = nullptr;
 
-void launch(const variant &v, const uint8_t *base, size_t bytes, size_t chunk, cudaStream_t s)
-{
+// A launch with programmatic dependent launch on, as the decode kernels are launched.
+struct pdl_config {
     cudaLaunchConfig_t cfg = {};
     cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cfg.stream = s;
-    cfg.blockDim = dim3(v.warps * 32);
+    pdl_config(dim3 grid, dim3 block, cudaStream_t s)
+    {
+        attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = attr;
+        cfg.numAttrs = 1;
+        cfg.stream = s;
+        cfg.gridDim = grid;
+        cfg.blockDim = block;
+    }
+    pdl_config(const pdl_config &) = delete;
+    pdl_config &operator=(const pdl_config &) = delete;
+};
+
+// KERNEL<u, EXTRA...>(args) for the variant's unroll u in {1, 2, 4, 8}.
+#define PROBE_BY_UNROLL(KERNEL, EXTRA, ...)                                                \
+    switch (v.unroll) {                                                                     \
+    case 1: CK(cudaLaunchKernelEx(&l.cfg, KERNEL<1 EXTRA>, __VA_ARGS__)); break;            \
+    case 2: CK(cudaLaunchKernelEx(&l.cfg, KERNEL<2 EXTRA>, __VA_ARGS__)); break;            \
+    case 4: CK(cudaLaunchKernelEx(&l.cfg, KERNEL<4 EXTRA>, __VA_ARGS__)); break;            \
+    default: CK(cudaLaunchKernelEx(&l.cfg, KERNEL<8 EXTRA>, __VA_ARGS__)); break;           \
+    }
+
+void launch(const variant &v, const uint8_t *base, size_t bytes, size_t chunk, cudaStream_t s)
+{
     const size_t vecs = bytes / 16;
     if (v.kd == CHUNKED) {
-        cfg.gridDim = dim3((unsigned)((bytes + chunk - 1) / chunk));
+        pdl_config l{dim3((unsigned)((bytes + chunk - 1) / chunk)), dim3(v.warps * 32), s};
         const size_t cv = chunk / 16;
-#define PROBE_CHUNKED(D)                                                                     \
-    if (v.dep == D) {                                                                        \
-        if (v.unroll == 1) CK(cudaLaunchKernelEx(&cfg, chunked<1, D>, base, cv, vecs, g_out)); \
-        if (v.unroll == 2) CK(cudaLaunchKernelEx(&cfg, chunked<2, D>, base, cv, vecs, g_out)); \
-        if (v.unroll == 4) CK(cudaLaunchKernelEx(&cfg, chunked<4, D>, base, cv, vecs, g_out)); \
-        if (v.unroll == 8) CK(cudaLaunchKernelEx(&cfg, chunked<8, D>, base, cv, vecs, g_out)); \
+        if (v.dep == 0) PROBE_BY_UNROLL(chunked, COMMA 0, base, cv, vecs, g_out)
+        if (v.dep == 1) PROBE_BY_UNROLL(chunked, COMMA 1, base, cv, vecs, g_out)
+        if (v.dep == 2) PROBE_BY_UNROLL(chunked, COMMA 2, base, cv, vecs, g_out)
+        if (v.dep == 3) PROBE_BY_UNROLL(chunked, COMMA 3, base, cv, vecs, g_out)
+        return;
     }
-        PROBE_CHUNKED(0) PROBE_CHUNKED(1) PROBE_CHUNKED(2) PROBE_CHUNKED(3)
-#undef PROBE_CHUNKED
-    } else {
-        cfg.gridDim = dim3((unsigned)(g_sms * v.per_sm));
-        if (v.kd == PERSISTENT) {
-            if (v.unroll == 1) CK(cudaLaunchKernelEx(&cfg, persistent<1>, base, vecs, g_out));
-            if (v.unroll == 2) CK(cudaLaunchKernelEx(&cfg, persistent<2>, base, vecs, g_out));
-            if (v.unroll == 4) CK(cudaLaunchKernelEx(&cfg, persistent<4>, base, vecs, g_out));
-            if (v.unroll == 8) CK(cudaLaunchKernelEx(&cfg, persistent<8>, base, vecs, g_out));
-        } else {
-            if (v.unroll == 1) CK(cudaLaunchKernelEx(&cfg, gridstride<1>, base, vecs, g_out));
-            if (v.unroll == 2) CK(cudaLaunchKernelEx(&cfg, gridstride<2>, base, vecs, g_out));
-            if (v.unroll == 4) CK(cudaLaunchKernelEx(&cfg, gridstride<4>, base, vecs, g_out));
-            if (v.unroll == 8) CK(cudaLaunchKernelEx(&cfg, gridstride<8>, base, vecs, g_out));
-        }
-    }
+    pdl_config l{dim3((unsigned)(g_sms * v.per_sm)), dim3(v.warps * 32), s};
+    if (v.kd == PERSISTENT)
+        PROBE_BY_UNROLL(persistent, , base, vecs, g_out)
+    else
+        PROBE_BY_UNROLL(gridstride, , base, vecs, g_out)
 }
 
 void launch_empty(cudaStream_t s)
 {
-    cudaLaunchConfig_t cfg = {};
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    cfg.stream = s;
-    cfg.gridDim = dim3(5);
-    cfg.blockDim = dim3(256);
-    CK(cudaLaunchKernelEx(&cfg, empty_node, g_out));
+    pdl_config l{dim3(5), dim3(256), s};
+    CK(cudaLaunchKernelEx(&l.cfg, empty_node, g_out));
 }
 
 // One call: (buffer, bytes, chunk bytes).
