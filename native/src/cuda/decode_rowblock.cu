@@ -24,6 +24,11 @@
 //      stages*U*RT*544 bytes per warp are in flight whatever the register budget.
 // The first loads are issued before the programmatic-dependent-launch wait, so weight
 // streaming overlaps the quantiser.
+//
+// Grids of the register kernels (template GRID, from the configuration): one block per row block
+// (blocks 0, splits 0-1); a persistent grid of at most blocks * SMs blocks looping over the row
+// blocks (tiles, blocks > 0); or `splits` blocks per row block, each taking a contiguous share of
+// its groups, the last to arrive adding the partial sums in split order (deterministic).
 #include "decode.cuh"
 
 namespace {
