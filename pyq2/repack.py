@@ -24,13 +24,12 @@ import numpy as np
 
 from . import gguf_io
 from .errors import FormatError
+from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS
 from .gguf_io import I8, PQ2_0, PTQ1_0, TQ2_0, GGUFFile, GGUFValueType, OutTensor, Tensor, \
     WeightInfo
 
 PASS_CHUNK = 64 << 20  # bytes of a pass-through tensor copied (and released) at a time
 CONVERT_CHUNK = 16 << 20  # PQ2_0 bytes of a weight converted at a time
-PQ2_BLOCK_BYTES = 34
-PQ2_BLOCK_WEIGHTS = 128
 
 Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, tensor name)
 

@@ -27,7 +27,7 @@ import sys
 
 import torch
 
-from decode_shapes import SHAPES, pq2_bytes  # noqa: F401 (re-exported for the other tools)
+from decode_shapes import SHAPES, pq2_bytes
 from pyq2 import _native, host
 from pyq2.gpu import PQ2Weights
 

@@ -12,7 +12,8 @@ import sys
 
 import torch
 
-from bench_decode import SHAPES, copies_for, graph_time_us, pq2_bytes, resident
+from bench_decode import copies_for, graph_time_us, resident
+from decode_shapes import SHAPES, pq2_bytes
 from pyq2 import _native
 from pyq2.gpu import decode_config, quantize_q8
 

@@ -22,9 +22,10 @@ from pyq2.errors import Pq2Error
 from pyq2.gpu import CONFIG_FIELDS, FAMILIES, decode_config
 
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
+FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits")  # what --families can name
 
 
-def search_space(layout, layout_rt, m, wide=False, families=("stream", "rowblock", "persistent", "splits")):
+def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES):
     """Configurations to time: tuples in CONFIG_FIELDS order (refused ones are skipped)."""
     rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
     if "stream" in families:
@@ -70,7 +71,7 @@ def pick(cands):
                key=lambda t: (t[0], t[1]))[1:]
 
 
-def tune(shapes, layouts, ms, replays, log, wide=False, families=("stream", "rowblock", "persistent", "splits")):
+def tune(shapes, layouts, ms, replays, log, wide=False, families=FAMILY_CHOICES):
     import torch  # the GPU side only: --from-json runs without it
 
     from bench_decode import copies_for, resident, time_pq2
@@ -173,7 +174,7 @@ def main(argv=None):
     ap.add_argument("--write", help="decode_table.inc to write")
     ap.add_argument("--json")
     ap.add_argument("--wide", action="store_true", help="the larger search space")
-    ap.add_argument("--families", default="stream,rowblock,persistent,splits",
+    ap.add_argument("--families", default=",".join(FAMILY_CHOICES),
                     help="kernel families to search: stream, rowblock, persistent (row-block kernels "
                          "on a persistent grid: config blocks > 0), splits (row blocks split over "
                          "several blocks: config splits > 1)")

@@ -188,9 +188,10 @@ typedef struct pq2_decode_config {
                        compute) or 3..8 (sm_90: a per-warp shared-memory ring of that many slots
                        filled by bulk copies) */
     int32_t blocks; /* STREAM: blocks in the grid, 0 = as many as fit on the device at once;
-                       ROWBLOCK: 0 = one block per row block; 1..32 (stages 1-2) = a persistent
-                       grid of at most that many blocks per multiprocessor, each looping over row
-                       blocks (it loads the next row block's first weights before reducing) */
+                       ROWBLOCK: 0 = one block per row block; 1..32 (TILES, stages 1-2) = a
+                       persistent grid of at most that many blocks per multiprocessor, each
+                       looping over row blocks (it loads the next row block's first weights before
+                       reducing) */
     int32_t family; /* PQ2_DECODE_STREAM or PQ2_DECODE_ROWBLOCK */
     int32_t splits; /* ROWBLOCK with stages 1-2 and blocks 0: 0 or 1 = one block per row block;
                        2..16 = each row block's 128-groups split over that many blocks (more

@@ -20,13 +20,11 @@ struct pq2_decode_problem {
 // The token class of m, which picks a kernel instance: 1 (m == 1), 8 (m <= 8) or 16.
 static inline int pq2_decode_tokens_class(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
 
-// Arrival counters a call needs in its workspace (zeroed before the kernel): one per row block
-// for the stream family and for split row blocks (row-block family, splits > 1), else none.
-static inline size_t pq2_decode_counters(const pq2_decode_config &cfg, int64_t n);
-
 // Row blocks (blocks along N) of a configuration: ceil(n / (16 * rt)).
 __host__ __device__ inline int64_t pq2_decode_row_blocks(int64_t n, int32_t rt) { return (n + 16 * rt - 1) / (16 * rt); }
 
+// Arrival counters a call needs in its workspace (zeroed before the kernel): one per row block
+// for the stream family and for split row blocks (row-block family, splits > 1), else none.
 static inline size_t pq2_decode_counters(const pq2_decode_config &cfg, int64_t n)
 {
     const bool needed = cfg.family == PQ2_DECODE_STREAM || (cfg.family == PQ2_DECODE_ROWBLOCK && cfg.splits > 1);
