@@ -113,12 +113,20 @@ def main(argv=None) -> int:
         args.write_baseline.write_text(
             f"# tools/ptxas_report.py --write-baseline (sm_{args.arch}): kernel instance, registers\n"
             + "\n".join(current) + "\n")
+    # A renamed or removed instance would otherwise drop out of the comparison unnoticed.
+    seen = {line.rsplit(" ", 1)[0] for line in current}
+    gone = sorted(k for k in base if k not in seen)
+    for key in gone:
+        print(f"baseline instance not compiled any more: {key}", file=sys.stderr)
     if bad:
         print(f"{bad} kernel(s) use local memory", file=sys.stderr)
     if fell:
         print(f"{fell} kernel(s) hold fewer warps per SM than {args.baseline}; if intended (timed on "
               f"the GPU), refresh it with --write-baseline", file=sys.stderr)
-    return 1 if bad or fell else 0
+    if gone:
+        print(f"{len(gone)} baseline instance(s) not found; if intended, refresh it with --write-baseline",
+              file=sys.stderr)
+    return 1 if bad or fell or gone else 0
 
 
 if __name__ == "__main__":

@@ -68,7 +68,7 @@ extern "C" {
 /* PQ2_CDEF_BEGIN */
 
 /* Bumped on any incompatible change of a signature, struct, enum value or layout. */
-#define PQ2_ABI_VERSION 3
+#define PQ2_ABI_VERSION 4
 
 /* Format version written to repacked files as pyq2.format_version. */
 #define PQ2_FORMAT_VERSION 1
@@ -198,6 +198,10 @@ typedef struct pq2_decode_config {
                        blocks than multiprocessors for few, long row blocks); the last block of
                        a row block to finish adds the splits' partial sums in split order
                        (deterministic; needs workspace). STREAM: must be 0 or 1. (ABI 3) */
+    int32_t prefetch; /* ROWBLOCK, TILES, stages 1-2: 0 = off; 1..32 = each warp asks L2 to
+                       fetch its weights that many units ahead of its register loads (one bulk
+                       L2 prefetch per batch, no registers), so those loads hit L2. PLANES,
+                       the ring (stages 3..8) and STREAM: must be 0. (ABI 4) */
 } pq2_decode_config;
 
 /* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */

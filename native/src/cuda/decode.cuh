@@ -15,6 +15,7 @@ struct pq2_decode_problem {
     int64_t n, k;
     int32_t m, layout, y_dtype;
     int32_t splits;          // row-block family: blocks per row block (1 = no split)
+    int32_t prefetch;        // row-block family, tiles: L2 prefetch distance in units (0 = off)
 };
 
 // The token class of m, which picks a kernel instance: 1 (m == 1), 8 (m <= 8) or 16.

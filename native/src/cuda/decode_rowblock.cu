@@ -23,7 +23,9 @@
 //      copies (cp.async.bulk: one instruction per slot, completion on an mbarrier), so up to
 //      stages*U*RT*544 bytes per warp are in flight whatever the register budget.
 // The first loads are issued before the programmatic-dependent-launch wait, so weight
-// streaming overlaps the quantiser.
+// streaming overlaps the quantiser. With config prefetch D > 0 (tiles, stages 1-2), lane 0 of
+// each warp also asks L2 (one bulk prefetch per batch) for the units D ahead of its register
+// loads: more bytes in flight per warp without more registers.
 //
 // Grids of the register kernels (template GRID, from the configuration): one block per row block
 // (blocks 0, splits 0-1); a persistent grid of at most blocks * SMs blocks looping over the row
@@ -35,6 +37,7 @@ namespace {
 
 constexpr int kMaxBlocksPerSm = 32;  // a multiprocessor holds at most 32 blocks
 constexpr int kMaxSplits = 16;       // blocks per row block (config splits)
+constexpr int kMaxPrefetch = 32;     // units of L2 prefetch ahead (config prefetch)
 
 // 16 bytes read once: no L1 allocation.
 __device__ __forceinline__ uint4 ld_stream16(const uint8_t *p)
@@ -96,6 +99,17 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 #endif
 }
 
+// Asks L2 to fetch [p, p + bytes) from memory (sm_90; 16-byte aligned, bytes a multiple of 16).
+// Only a hint: no completion, no registers, nothing to wait for.
+__device__ __forceinline__ void l2_prefetch(const void *p, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes));
+#else
+    (void)p, (void)bytes;
+#endif
+}
+
 // Orders this thread's earlier shared-memory reads before later bulk copies into the same bytes.
 __device__ __forceinline__ void fence_proxy_async()
 {
@@ -150,6 +164,13 @@ struct weight_src<PQ2_LAYOUT_TILES, RT, U> {
     {
         load_batch<RT, U>(b, codes + (size_t)i * (RT * 512), scales + i * (RT * 8), n);
     }
+    // Units [i, i+n) of the warp's range into L2 (config prefetch). Lane 0 only: its pointers
+    // are the warp's (no lane offset).
+    __device__ __forceinline__ void prefetch(int i, int n) const
+    {
+        l2_prefetch(codes + (size_t)i * (RT * 512), (uint32_t)n * (RT * 512));
+        l2_prefetch(scales + i * (RT * 8), (uint32_t)n * (RT * 32));
+    }
 };
 
 __device__ __forceinline__ uint2 ld_stream8(const uint8_t *p)
@@ -189,6 +210,8 @@ struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
                     b.scales[u][r] = (uint32_t)__ldg(scales[r][0] + i + u) | ((uint32_t)__ldg(scales[r][1] + i + u) << 16);
                 }
     }
+    // Config prefetch is tiles-only (pq2_rowblock_check_config refuses it here).
+    __device__ __forceinline__ void prefetch(int, int) const {}
 };
 
 // Per-lane activation addressing: B fragments of token min(nt*8+gid, m-1) and d_x, sums of the
@@ -393,7 +416,8 @@ enum rowblock_grid_kind { kGridRows = 0, kGridPersist = 1, kGridSplit = 2 };
 // kGridPersist: row blocks blockIdx.x, + gridDim.x, ... (a grid smaller than the row blocks);
 // the first batch of the next row block is loaded before this one's reduction, so the warp's
 // loads do not pause there.
-template <int LAYOUT, int RT, int U, int TOKS, int STAGES, int GRID>
+// PF: the config prefetch > 0 instances (tiles), separate so that the others compile as before.
+template <int LAYOUT, int RT, int U, int TOKS, int STAGES, int GRID, bool PF>
 __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
 {
     extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
@@ -413,10 +437,19 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     const int g_begin = g0 + ws.g_begin, len = ws.len;
     weight_src<LAYOUT, RT, U> src(p, rb, g_begin, lane);
 
-    // The first batch (stages 1) or two (stages 2) are in flight before the wait.
+    // The first batch (stages 1) or two (stages 2) are in flight before the wait. Config
+    // prefetch D > 0 (tiles): lane 0 also asks L2 for the next D units, and each later batch
+    // load of units [i, i+U) asks for [i+D, i+D+U), so the register loads find their bytes in L2.
+    const auto prefetch_from = [&](const weight_src<LAYOUT, RT, U> &s, int i, int n) {
+        if constexpr (PF) {
+            n = min(n, len - i);
+            if (lane == 0 && n > 0) s.prefetch(i, n);
+        }
+    };
     batch<RT, U> b0, b1;
     if (len > 0) src.load(b0, 0, min(len, U));
     if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
+    prefetch_from(src, STAGES * U, p.prefetch);
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
     const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
 
@@ -425,7 +458,10 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
         zero_acc(acc);
         if constexpr (STAGES == 1) {
             for (int i = 0; i < len; i += U) {
-                if (i > 0) src.load(b0, i, min(len - i, U));
+                if (i > 0) {
+                    src.load(b0, i, min(len - i, U));
+                    prefetch_from(src, i + p.prefetch, U);
+                }
                 compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
             }
         } else {
@@ -433,10 +469,16 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             // [i+U, i+2U); each is refilled as soon as it has been computed.
             for (int i = 0; i < len; i += 2 * U) {
                 compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
-                if (i + 2 * U < len) src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
+                if (i + 2 * U < len) {
+                    src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
+                    prefetch_from(src, i + 2 * U + p.prefetch, U);
+                }
                 if (i + U >= len) break;
                 compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
-                if (i + 3 * U < len) src.load(b1, i + 3 * U, min(len - i - 3 * U, U));
+                if (i + 3 * U < len) {
+                    src.load(b1, i + 3 * U, min(len - i - 3 * U, U));
+                    prefetch_from(src, i + 3 * U + p.prefetch, U);
+                }
             }
         }
         if constexpr (GRID != kGridPersist) {
@@ -449,6 +491,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                 src = weight_src<LAYOUT, RT, U>(p, next, g_begin, lane);
                 if (len > 0) src.load(b0, 0, min(len, U));
                 if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
+                prefetch_from(src, STAGES * U, p.prefetch);
             }
             reduce_store<RT, NT, TOKS, false>(p, red, rb, 0, warp, warps, lane, acc);
             if (!more) return;
@@ -581,26 +624,36 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)                                      \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 
+// The config prefetch > 0 kernels (PF): tiles rt 2 (the default layout), one block per row
+// block and persistent grids.
+#define PQ2_PREFETCH_INSTANCES(X)                                                                  \
+    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) \
+    X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
+
+// Every register kernel, as Y(GRID, PF, L, R, U, T, S).
+#define PQ2_ROWS_(L, R, U, T, S) PQ2_Y_(kGridRows, false, L, R, U, T, S)
+#define PQ2_PERSIST_(L, R, U, T, S) PQ2_Y_(kGridPersist, false, L, R, U, T, S)
+#define PQ2_SPLIT_(L, R, U, T, S) PQ2_Y_(kGridSplit, false, L, R, U, T, S)
+#define PQ2_ROWS_PF_(L, R, U, T, S) PQ2_Y_(kGridRows, true, L, R, U, T, S)
+#define PQ2_PERSIST_PF_(L, R, U, T, S) PQ2_Y_(kGridPersist, true, L, R, U, T, S)
+#define PQ2_REGISTER_KERNELS                                                              \
+    PQ2_ROWBLOCK_INSTANCES(PQ2_ROWS_) PQ2_PERSIST_INSTANCES(PQ2_PERSIST_)                 \
+    PQ2_SPLIT_INSTANCES(PQ2_SPLIT_) PQ2_PREFETCH_INSTANCES(PQ2_ROWS_PF_)                  \
+    PQ2_PREFETCH_INSTANCES(PQ2_PERSIST_PF_)
+
 using rowblock_fn = void (*)(const pq2_decode_problem);
 using ring_fn = void (*)(const pq2_decode_problem, int);
 
 int grid_kind(const pq2_decode_config &cfg) { return cfg.splits > 1 ? kGridSplit : cfg.blocks > 0 ? kGridPersist : kGridRows; }
 
-rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, int grid)
+rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, int grid, bool pf)
 {
     const int toks = pq2_decode_tokens_class(m);
-#define PQ2_MATCH_GRID(GK, L, R, U, T, S) \
-    if (grid == GK && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S, GK>;
-#define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridRows, L, R, U, T, S)
-    PQ2_ROWBLOCK_INSTANCES(PQ2_MATCH)
-#undef PQ2_MATCH
-#define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridPersist, L, R, U, T, S)
-    PQ2_PERSIST_INSTANCES(PQ2_MATCH)
-#undef PQ2_MATCH
-#define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridSplit, L, R, U, T, S)
-    PQ2_SPLIT_INSTANCES(PQ2_MATCH)
-#undef PQ2_MATCH
-#undef PQ2_MATCH_GRID
+#define PQ2_Y_(GK, PF, L, R, U, T, S)                                                                      \
+    if (grid == GK && pf == PF && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) \
+        return rowblock_kernel<L, R, U, T, S, GK, PF>;
+    PQ2_REGISTER_KERNELS
+#undef PQ2_Y_
     return nullptr;
 }
 
@@ -617,7 +670,7 @@ ring_fn find_ring(int32_t rt, int32_t unroll, int64_t m)
 bool has_instance(const pq2_decode_config &cfg, int32_t layout, int64_t m)
 {
     return cfg.stages >= 3 ? find_ring(cfg.rt, cfg.unroll, m) != nullptr
-                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages, grid_kind(cfg)) != nullptr;
+                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages, grid_kind(cfg), cfg.prefetch > 0) != nullptr;
 }
 
 }  // namespace
@@ -663,6 +716,16 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
                              "%s: config splits=%d with blocks=%d stages=%d: split row blocks run on the register "
                              "kernels (stages 1-2) with one grid block per split (blocks 0)", fn, (int)cfg.splits,
                              (int)cfg.blocks, (int)cfg.stages);
+    if (cfg.prefetch < 0 || cfg.prefetch > kMaxPrefetch)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: config prefetch=%d is not in 0..%d (row block family: units of L2 prefetch "
+                             "ahead of each warp's loads)", fn, (int)cfg.prefetch, kMaxPrefetch);
+    if (cfg.prefetch > 0 && (layout != PQ2_LAYOUT_TILES || cfg.stages >= 3 || cc < 90))
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                             "%s: config prefetch=%d needs the tiles layout, the register kernels (stages 1-2; "
+                             "the ring runs ahead by itself) and compute capability 9.0 (layout %s, stages=%d, "
+                             "device %d.%d)", fn, (int)cfg.prefetch, pq2_layout_name(layout), (int)cfg.stages,
+                             cc / 10, cc % 10);
     if (cfg.stages >= 3 && cc < 90)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d (bulk-copy ring) needs compute capability 9.0; this device "
@@ -670,27 +733,20 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
     PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m), max_smem));
     if (!has_instance(cfg, layout, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s m=%lld", fn,
+                             "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s%s m=%lld", fn,
                              pq2_layout_name(layout), (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages,
                              cfg.splits > 1 ? " (split row blocks)" : cfg.blocks > 0 ? " (persistent grid)" : "",
-                             (long long)m);
+                             cfg.prefetch > 0 ? " with prefetch (tiles rt 2, unsplit)" : "", (long long)m);
     return PQ2_OK;
 }
 
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
-#define PQ2_ATTR_GRID(GK, L, R, U, T, S) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, GK>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
-#define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridRows, L, R, U, T, S)
-    PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
-#undef PQ2_ATTR
-#define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridPersist, L, R, U, T, S)
-    PQ2_PERSIST_INSTANCES(PQ2_ATTR)
-#undef PQ2_ATTR
-#define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridSplit, L, R, U, T, S)
-    PQ2_SPLIT_INSTANCES(PQ2_ATTR)
-#undef PQ2_ATTR
-#undef PQ2_ATTR_GRID
+#define PQ2_Y_(GK, PF, L, R, U, T, S)                                                        \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, GK, PF>,           \
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
+    PQ2_REGISTER_KERNELS
+#undef PQ2_Y_
 #define PQ2_ATTR(R, U, T)                                                                                       \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin)); \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
@@ -718,6 +774,7 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
     if (cfg.stages >= 3)
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
     else
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages, grid_kind(cfg)), p));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages,
+                                                                  grid_kind(cfg), cfg.prefetch > 0), p));
     return pq2_launch_status(fn);
 }
