@@ -144,6 +144,56 @@ __global__ void gridstride(const uint8_t *base, size_t total_vecs, uint32_t *out
     sink(acc, out);
 }
 
+
+// The row-block decode kernels' exact access pattern on a tiles rt-2 layout (one block per row
+// block, warp w of W taking units [w*G/W, (w+1)*G/W), U units per register batch, load then
+// use), with the fp16 scales where the layout puts them: SC 0 codes only (1024 B per unit), 1 a
+// separate scale region after all codes (the tiles layout of FORMATS v1: 64 B per unit there),
+// 2 interleaved (each unit's 64 scale bytes right after its 1024 code bytes). Each lane loads its
+// 16 code bytes of both sub-tiles and, as the kernels do, the scale word of row gid of each.
+// Dependent calls: first batch, then wait (what the decode kernels do).
+__device__ __forceinline__ uint32_t ld4(const uint8_t *p)
+{
+    uint32_t v;
+    asm volatile("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v) : "l"(p));
+    return v;
+}
+
+template <int U, int SC>
+__global__ void tiles_access(const uint8_t *base, int groups, size_t units, int dep, uint32_t *out)
+{
+    pdl_launch();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, gid = lane >> 2;
+    const int g0 = warp * groups / warps, g1 = (warp + 1) * groups / warps;
+    const size_t unit0 = (size_t)blockIdx.x * groups;
+    constexpr int kUnit = SC == 2 ? 1088 : 1024;
+    const uint8_t *codes = base + unit0 * kUnit + lane * 16;
+    const uint8_t *scales = SC == 2 ? codes - lane * 16 + 1024 + gid * 4 : base + units * 1024 + unit0 * 64 + gid * 4;
+    uint32_t acc = 0;
+    bool waited = false;
+    for (int g = g0; g < g1; g += U) {
+        uint4 w[U][2];
+        uint32_t sc[U][2];
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int r = 0; r < 2; ++r)
+                if (g + u < g1) {
+                    w[u][r] = ld16(codes + (size_t)(g + u) * kUnit + r * 512);
+                    sc[u][r] = SC ? ld4(scales + (size_t)(g + u) * (SC == 2 ? 1088 : 64) + r * 32) : 0u;
+                } else {
+                    w[u][r] = make_uint4(0, 0, 0, 0), sc[u][r] = 0;
+                }
+        if (dep && !waited) pdl_wait(), waited = true;
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int r = 0; r < 2; ++r) acc ^= w[u][r].x ^ w[u][r].y ^ w[u][r].z ^ w[u][r].w ^ sc[u][r];
+    }
+    if (!waited) pdl_wait();
+    if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;
+}
+
 __global__ void empty_node(uint32_t *out)
 {
     pdl_launch();
@@ -162,14 +212,15 @@ struct shape {
 const shape kShapes[] = {{"gate_up", 34816, 5120, 64}, {"down", 5120, 17408, 64}, {"in_proj", 16384, 5120, 48},
                          {"qkv", 14336, 5120, 16},     {"out", 5120, 6144, 64},   {"lm_head", 248320, 5120, 1}};
 
-enum kind { CHUNKED, PERSISTENT, GRIDSTRIDE };
-const char *kKindName[] = {"chunked", "persistent", "gridstride"};
+enum kind { CHUNKED, PERSISTENT, GRIDSTRIDE, TILES };
+const char *kKindName[] = {"chunked", "persistent", "gridstride", "tiles"};
 
 struct variant {
     kind kd;
     int warps, unroll, per_sm;  // per_sm: blocks per SM (persistent, gridstride)
     int dep = 0;                // chunked: 0 independent calls, 1 wait first, 2 first loads then wait,
-                                // 3 L2 prefetch of the range + first loads, then wait
+                                // 3 L2 prefetch of the range + first loads, then wait; tiles: 0 or 2
+    int sc = 0;                 // tiles: scales 0 none, 1 separate region, 2 interleaved
 };
 
 int g_sms = 0;
@@ -202,9 +253,26 @@ struct pdl_config {
     default: CK(cudaLaunchKernelEx(&l.cfg, KERNEL<8 EXTRA>, __VA_ARGS__)); break;           \
     }
 
-void launch(const variant &v, const uint8_t *base, size_t bytes, size_t chunk, cudaStream_t s)
+// One call: (buffer, bytes, chunk bytes); tiles: groups per row block.
+struct call {
+    const uint8_t *base;
+    size_t bytes, chunk;
+    int groups = 0;
+};
+
+void launch(const variant &v, const call &c, cudaStream_t s)
 {
+    const uint8_t *base = c.base;
+    const size_t bytes = c.bytes, chunk = c.chunk;
     const size_t vecs = bytes / 16;
+    if (v.kd == TILES) {
+        const size_t units = bytes / (v.sc ? 1088 : 1024);
+        pdl_config l{dim3((unsigned)(units / c.groups)), dim3(v.warps * 32), s};
+        if (v.sc == 0) PROBE_BY_UNROLL(tiles_access, COMMA 0, base, c.groups, units, v.dep, g_out)
+        if (v.sc == 1) PROBE_BY_UNROLL(tiles_access, COMMA 1, base, c.groups, units, v.dep, g_out)
+        if (v.sc == 2) PROBE_BY_UNROLL(tiles_access, COMMA 2, base, c.groups, units, v.dep, g_out)
+        return;
+    }
     if (v.kd == CHUNKED) {
         pdl_config l{dim3((unsigned)((bytes + chunk - 1) / chunk)), dim3(v.warps * 32), s};
         const size_t cv = chunk / 16;
@@ -227,12 +295,6 @@ void launch_empty(cudaStream_t s)
     CK(cudaLaunchKernelEx(&l.cfg, empty_node, g_out));
 }
 
-// One call: (buffer, bytes, chunk bytes).
-struct call {
-    const uint8_t *base;
-    size_t bytes, chunk;
-};
-
 // Median microseconds per call of `calls` captured in one graph (optionally with an empty node
 // before each), over `replays` replays.
 double graph_us(const std::vector<call> &calls, const variant &v, bool two_nodes, int replays)
@@ -243,7 +305,7 @@ double graph_us(const std::vector<call> &calls, const variant &v, bool two_nodes
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
     for (const call &c : calls) {
         if (two_nodes) launch_empty(s);
-        launch(v, c.base, c.bytes, c.chunk, s);
+        launch(v, c, s);
     }
     CK(cudaStreamEndCapture(s, &g));
     cudaGraphExec_t ge;
@@ -277,16 +339,86 @@ std::string vname(const variant &v)
     if (v.kd == CHUNKED)
         snprintf(b, sizeof b, "chunked w%d u%d%s", v.warps, v.unroll,
                  v.dep == 1 ? " wait-first" : v.dep == 2 ? " load-wait" : v.dep == 3 ? " prefetch-wait" : "");
+    else if (v.kd == TILES)
+        snprintf(b, sizeof b, "tiles w%d u%d %s%s", v.warps, v.unroll,
+                 v.sc == 0 ? "codes-only" : v.sc == 1 ? "scales-apart" : "scales-inline", v.dep ? " load-wait" : "");
     else
         snprintf(b, sizeof b, "%s w%d u%d b%d", kKindName[v.kd], v.warps, v.unroll, v.per_sm);
     return b;
 }
 
+// --tiles: the decode kernels' access pattern with the scales apart, inline or absent, per shape
+// (independent and dependent calls) and in the dependent 257-call pass.
+void tiles_section(uint8_t *base, const std::vector<size_t> &pass_bytes34, double best_bw, FILE *jf)
+{
+    const char *sc_name[] = {"codes-only", "scales-apart", "scales-inline"};
+    if (jf) fprintf(jf, "{\"read_gbs\": %.1f, \"tiles\": [\n", best_bw);
+    bool first = true;
+    printf("\ntiles access (rt 2): best per-call time; %% of read bandwidth counts the call's bytes (34 B per 128 weights; codes-only: 32)\n");
+    printf("%-8s | %-40s %8s %6s | %-40s %8s %6s\n", "shape", "independent", "us", "%bw", "dependent (load-wait)", "us", "%bw");
+    for (const shape &sh : kShapes) {
+        const int groups = (int)(sh.k / 128);
+        const size_t units = (size_t)(sh.n / 32) * groups;
+        for (int sc = 0; sc < 3; ++sc) {
+            const size_t bytes = units * (sc ? 1088 : 1024);
+            const size_t stride = (bytes + 4095) & ~(size_t)4095;
+            const size_t copies = std::max<size_t>(4, ((size_t)256 << 20) / bytes + 1);
+            std::vector<call> calls;
+            for (size_t c = 0; c < copies; ++c) calls.push_back({base + c * stride, bytes, 0, groups});
+            double best[2] = {1e30, 1e30};
+            std::string bestv[2];
+            for (int dep : {0, 2})
+                for (int w : {4, 8, 16})
+                    for (int u : {1, 2, 4}) {
+                        variant v{TILES, w, u, 0, dep, sc};
+                        const double us = graph_us(calls, v, false, 20);
+                        if (us < best[dep ? 1 : 0]) best[dep ? 1 : 0] = us, bestv[dep ? 1 : 0] = vname(v);
+                        if (jf)
+                            fprintf(jf, "%s{\"shape\": \"%s\", \"bytes\": %zu, \"variant\": \"%s\", \"us\": %.3f}",
+                                    first ? "" : ",\n", sh.name, bytes, vname(v).c_str(), us), first = false;
+                    }
+            auto pct = [&](double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / best_bw; };
+            printf("%-8s | %-40s %8.2f %5.1f%% | %-40s %8.2f %5.1f%%\n", sh.name, bestv[0].c_str(), best[0], pct(best[0]),
+                   bestv[1].c_str(), best[1], pct(best[1]));
+        }
+    }
+    if (jf) fprintf(jf, "\n], \"pass\": [\n");
+    // The dependent pass, layer order, 257 distinct buffers.
+    first = true;
+    for (int sc = 0; sc < 3; ++sc) {
+        std::vector<call> pass;
+        size_t off = 0, total = 0;
+        for (size_t i = 0; i < pass_bytes34.size(); ++i) {
+            const size_t units = pass_bytes34[i] / 1088;
+            const shape *sh = nullptr;
+            for (const shape &s : kShapes)
+                if (s.bytes() == pass_bytes34[i]) sh = &s;
+            const size_t bytes = units * (sc ? 1088 : 1024);
+            pass.push_back({base + off, bytes, 0, (int)(sh->k / 128)});
+            off += (bytes + 4095) & ~(size_t)4095;
+            total += bytes;
+        }
+        const double floor_ms = total / (best_bw * 1e9) * 1e3;
+        for (const variant &v : {variant{TILES, 8, 1, 0, 2, sc}, variant{TILES, 16, 1, 0, 2, sc}, variant{TILES, 8, 2, 0, 2, sc},
+                                 variant{TILES, 4, 4, 0, 2, sc}}) {
+            const double ms = graph_us(pass, v, true, 10) * pass.size() / 1e3;
+            printf("  pass %-40s 2 nodes/call  %.3f ms = %.2fx floor (%s)\n", vname(v).c_str(), ms, ms / floor_ms, sc_name[sc]);
+            if (jf)
+                fprintf(jf, "%s{\"variant\": \"%s\", \"ms\": %.4f, \"floor_ms\": %.4f}", first ? "" : ",\n",
+                        vname(v).c_str(), ms, floor_ms), first = false;
+        }
+    }
+    if (jf) fprintf(jf, "\n]}\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *json = nullptr;
-    for (int i = 1; i < argc; ++i)
+    bool tiles_only = false;
+    for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        if (!strcmp(argv[i], "--tiles")) tiles_only = true;
+    }
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -338,6 +470,11 @@ int main(int argc, char **argv)
     printf("device %s, %d SMs; read bandwidth %.0f GB/s (2 GiB, %s)\n", prop.name, g_sms, best_bw, bw_var.c_str());
 
     FILE *jf = json ? fopen(json, "w") : nullptr;
+    if (tiles_only) {
+        tiles_section(base, pass_bytes, best_bw, jf);
+        if (jf) fclose(jf);
+        return 0;
+    }
     if (jf) fprintf(jf, "{\"device\": \"%s\", \"sms\": %d, \"read_gbs\": %.1f, \"shapes\": [\n", prop.name, g_sms, best_bw);
     printf("\n%-8s %9s | %-26s %8s %6s | %-26s %8s %6s | %-30s %8s %6s | %-30s %8s %6s\n", "shape", "MB", "best chunked", "us", "%bw",
            "best persistent/gridstride", "us", "%bw", "best chunked, dependent calls", "us", "%bw",
