@@ -27,29 +27,31 @@ FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits")  # what --famili
 
 def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES, prefetches=(0,)):
     """Configurations to time: tuples in CONFIG_FIELDS order (refused ones are skipped).
-    prefetches: the L2 prefetch distances (config prefetch) to try on the tiles register kernels."""
+    prefetches: the L2 prefetch distances (config prefetch) to try on the tiles register kernels;
+    at m == 1 these are also tried with the activations staged in shared memory (act_smem)."""
+    acts = (0, 1) if m == 1 and layout == "tiles" else (0,)
     rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
     if "stream" in families:
         warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
         for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
-            yield (rt, w, u, s, 0, 0, 0, 0)
+            yield (rt, w, u, s, 0, 0, 0, 0, 0)
     if "rowblock" in families and layout == "tiles":  # one block per row block
         for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2, 3, 4, 6)):
-            for pf in prefetches if s <= 2 else (0,):
-                yield (layout_rt, w, u, s, 0, 1, 0, pf)
-        for w, pf in itertools.product((4, 8, 16), prefetches):  # batches of 4 units (rt 2, m <= 8)
-            yield (layout_rt, w, 4, 1, 0, 1, 0, pf)
+            for pf, a in itertools.product(prefetches, acts) if s <= 2 else ((0, 0),):
+                yield (layout_rt, w, u, s, 0, 1, 0, pf, a)
+        for w, pf, a in itertools.product((4, 8, 16), prefetches, acts):  # batches of 4 units (rt 2, m <= 8)
+            yield (layout_rt, w, 4, 1, 0, 1, 0, pf, a)
     if "persistent" in families and layout == "tiles":  # register kernels on a persistent grid:
-        for w, u, s, pf in itertools.product((2, 4, 8, 16), (1, 2, 4), (1, 2), prefetches):  # half or all
-            for b in sorted({max(1, 32 // w), 64 // w}):  # of the blocks per SM 64 warps allow
-                yield (layout_rt, w, u, s, b, 1, 0, pf)
+        for w, u, s, pf, a in itertools.product((2, 4, 8, 16), (1, 2, 4), (1, 2), prefetches, acts):  # half or
+            for b in sorted({max(1, 32 // w), 64 // w}):  # all of the blocks per SM 64 warps allow
+                yield (layout_rt, w, u, s, b, 1, 0, pf, a)
     if "rowblock" in families and layout == "planes":  # register kernels only (no ring)
         for rt, w, u, s in itertools.product((1, 2), (2, 4, 8, 16), (1, 2), (1, 2)):
-            yield (rt, w, u, s, 0, 1, 0, 0)
+            yield (rt, w, u, s, 0, 1, 0, 0, 0)
     if "splits" in families:  # register kernels, row blocks split over 2-4 blocks
         rts = [layout_rt] if layout == "tiles" else [1, 2]
         for rt, w, u, s, sp in itertools.product(rts, (4, 8, 16), (1, 2), (1, 2), (2, 3, 4)):
-            yield (rt, w, u, s, 0, 1, sp, 0)
+            yield (rt, w, u, s, 0, 1, sp, 0, 0)
 
 
 # Within this fraction of the fastest, the lighter configuration wins (footprint()).
@@ -58,12 +60,13 @@ TIE = 0.02
 
 def footprint(cfg):
     """Order among near-equal configurations: register kernels before the shared-memory ring
-    (stages >= 3), unsplit row blocks before split ones, no L2 prefetch before prefetch. A call that holds 100 KB of shared
+    (stages >= 3), unsplit row blocks before split ones, no L2 prefetch before prefetch, no
+    activation staging before staging. A call that holds 100 KB of shared
     memory per block keeps the next call's blocks from starting early in a chain of calls
     (bench/NOTES.md v8c: one such table entry cost the decode pass 0.26 ms while timing within
     1% of the register kernel on its own)."""
-    rt, warps, unroll, stages, blocks, family, splits, prefetch = cfg
-    return (stages >= 3, splits > 1, prefetch > 0)
+    rt, warps, unroll, stages, blocks, family, splits, prefetch, act_smem = cfg
+    return (stages >= 3, splits > 1, prefetch > 0, act_smem > 0)
 
 
 def pick(cands):
@@ -122,12 +125,12 @@ def render_table(entries, env, keep=(), note=""):
     lines += [line for line in keep if line.startswith("// ") and "Generated" in line]
     lines += ["//",
               "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits, "
-              "prefetch)  // us"]
+              "prefetch, act_smem)  // us"]
     lines += [line for line in keep if line.startswith("PQ2_TUNED(")]
     for layout, m, n, k, layout_rt, cfg, us in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[4], e[1])):
-        rt, warps, unroll, stages, blocks, family, splits, prefetch = cfg
+        rt, warps, unroll, stages, blocks, family, splits, prefetch, act_smem = cfg
         args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt, FAMILY_NAMES[family],
-                                          rt, warps, unroll, stages, blocks, splits, prefetch))
+                                          rt, warps, unroll, stages, blocks, splits, prefetch, act_smem))
         lines.append(f"PQ2_TUNED({args})  // {us:.1f} us")
     return "\n".join(lines) + "\n"
 

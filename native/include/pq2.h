@@ -202,6 +202,10 @@ typedef struct pq2_decode_config {
                        fetch its weights that many units ahead of its register loads (one bulk
                        L2 prefetch per batch, no registers), so those loads hit L2. PLANES,
                        the ring (stages 3..8) and STREAM: must be 0. (ABI 4) */
+    int32_t act_smem; /* ROWBLOCK, TILES rt 2, stages 1-2, unsplit, m == 1: 1 = each block first
+                       copies the activations (q8 in MMA fragment order, scales, sums) to shared
+                       memory (k/128 * 136 bytes more per block), so the loop reads them there
+                       instead of from L2; 0 = off. Must be 0 elsewhere. (ABI 4) */
 } pq2_decode_config;
 
 /* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */

@@ -60,11 +60,11 @@ struct tuned_entry {
 #define PLANES PQ2_LAYOUT_PLANES
 #define STREAM PQ2_DECODE_STREAM
 #define ROWBLOCK PQ2_DECODE_ROWBLOCK
-#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits, prefetch) \
-    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family, splits, prefetch}},
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits, prefetch, act_smem) \
+    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family, splits, prefetch, act_smem}},
 const tuned_entry kTable[] = {
 #include "decode_table.inc"
-    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0, 0}}};
+    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0, 0, 0}}};
 #undef PQ2_TUNED
 #undef STREAM
 #undef ROWBLOCK
@@ -81,6 +81,7 @@ pq2_decode_config fallback_config(const pq2_view &v, int64_t m)
     c.blocks = 0;
     c.splits = 0;
     c.prefetch = 0;
+    c.act_smem = 0;
     if (v.layout == PQ2_LAYOUT_TILES && (m <= 8 || v.rt <= 2)) {
         c.family = PQ2_DECODE_ROWBLOCK;
         c.rt = v.rt;
@@ -155,7 +156,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (!cfg_in && cfg->family == PQ2_DECODE_STREAM)  // chunks must tile k/128: shrink for odd k
         while (cfg->unroll > 1 && v->groups % cfg->unroll != 0) cfg->unroll /= 2;
     if (cfg->family == PQ2_DECODE_ROWBLOCK) {
-        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, cc, max_smem));
+        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, v->k, cc, max_smem));
         *blocks = pq2_rowblock_grid(*cfg, v->n, sms);
         return PQ2_OK;
     }
@@ -168,6 +169,9 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (cfg->prefetch != 0)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config prefetch=%d: the stream family takes 0 "
                              "(its ring already runs ahead of the compute)", fn, (int)cfg->prefetch);
+    if (cfg->act_smem != 0)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config act_smem=%d: the stream family takes 0", fn,
+                             (int)cfg->act_smem);
     PQ2_CHECK(pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m, v->k, max_smem));
     return pq2_decode_grid(fn, cfg, v->layout, m, v->n, v->k, sms, blocks);
 }
