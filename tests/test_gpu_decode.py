@@ -267,70 +267,6 @@ def test_rowblock_persistent_every_m(shape, rt):
                            ms=ALL_M if rt < 4 else range(1, 9))
 
 
-# config prefetch > 0 (tiles rt 2): (rt, warps, unroll, stages, blocks, family, splits, prefetch)
-ROWBLOCK_PREFETCH_BY_TOKS = {
-    1: [(2, 8, 1, 1, 0, 1, 0, 2), (2, 4, 1, 1, 16, 1, 0, 5), (2, 16, 2, 2, 0, 1, 0, 1), (2, 8, 4, 1, 0, 1, 0, 32)],
-    8: [(2, 4, 1, 1, 0, 1, 0, 4), (2, 4, 2, 2, 1, 1, 0, 3), (2, 8, 4, 1, 8, 1, 0, 2)],
-    16: [(2, 8, 1, 1, 0, 1, 0, 8), (2, 4, 2, 1, 1, 1, 0, 1)]}
-
-
-@pytest.mark.parametrize("shape", [(9001, 640), MODEL_SHAPES["down"], (100, 5248), (17, 384), (1, 128)],
-                         ids=["n9001_k640", "down", "n100_k5248", "n17_k384", "n1_k128"])
-def test_rowblock_prefetch_every_m(shape):
-    """config prefetch > 0: the L2 prefetch runs ahead of the register loads (distances from 1 to
-    past the warp's range, one block per row block and persistent grids with and without a
-    loop): a hint only, so results must equal those without it bit for bit."""
-    codes, scales, w = weights(shape, "ternary", "tiles", 2)
-    for m in ALL_M:
-        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
-        x = activations(m, shape[1], "normal", dtype, m)
-        q8, xs, sums = quantize_q8(x)
-        ref = q8_reference(codes, scales, q8, xs, sums)
-        for cfg in ROWBLOCK_PREFETCH_BY_TOKS[1 if m == 1 else 8 if m <= 8 else 16]:
-            ys = []
-            for pf in (cfg[-1], 0):
-                y = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")
-                w.matmul(x, out=y, cfg=decode_config(*cfg[:-1], prefetch=pf))
-                ys.append(y)
-            torch.cuda.synchronize()
-            assert not torch.isnan(ys[0]).any(), f"unwritten outputs, m={m} cfg={cfg}"
-            err = rel_rms(ys[0], ref)
-            assert err <= Y_TOL[dtype], f"m={m} cfg={cfg}: rel RMS {err:.3g}"
-            assert torch.equal(ys[0], ys[1]), f"m={m} cfg={cfg}: prefetch changed the result"
-
-
-# config act_smem = 1 (m == 1, tiles rt 2): (rt, warps, unroll, stages, blocks)
-ROWBLOCK_ACT_CONFIGS = [(2, 8, 1, 1, 0), (2, 4, 1, 1, 16), (2, 16, 2, 2, 0), (2, 8, 4, 1, 0), (2, 4, 2, 2, 1),
-                        (2, 3, 1, 2, 0), (2, 2, 2, 1, 1)]
-
-
-@pytest.mark.parametrize("shape", [(9001, 640), MODEL_SHAPES["down"], MODEL_SHAPES["out"], (100, 5248), (17, 384),
-                                   (1, 128)], ids=["n9001_k640", "down", "out", "n100_k5248", "n17_k384", "n1_k128"])
-def test_rowblock_act_smem(shape):
-    """config act_smem: m == 1 with the activations staged in shared memory (fragment order),
-    one block per row block and persistent grids with and without a loop: the same arithmetic
-    as reading them from the workspace, so the results must be identical bit for bit."""
-    codes, scales, w = weights(shape, "ternary", "tiles", 2)
-    for dtype in (torch.bfloat16, torch.float16, torch.float32):
-        x = activations(1, shape[1], "normal", dtype, 7)
-        q8, xs, sums = quantize_q8(x)
-        ref = q8_reference(codes, scales, q8, xs, sums)
-        for cfg in ROWBLOCK_ACT_CONFIGS:
-            ys = []
-            for act in (1, 0):
-                y = torch.full((1, shape[0]), float("nan"), dtype=dtype, device="cuda")
-                w.matmul(x, out=y, cfg=decode_config(*cfg, "rowblock", act_smem=act))
-                ys.append(y)
-            yq = torch.full((1, shape[0]), float("nan"), dtype=dtype, device="cuda")
-            w.matmul_q8(q8, xs, sums, yq, w.workspace(1, decode_config(*cfg, "rowblock", act_smem=1)),
-                        decode_config(*cfg, "rowblock", act_smem=1))
-            torch.cuda.synchronize()
-            assert not torch.isnan(ys[0]).any(), f"unwritten outputs, cfg={cfg}"
-            err = rel_rms(ys[0], ref)
-            assert err <= Y_TOL[dtype], f"cfg={cfg}: rel RMS {err:.3g}"
-            assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], yq), f"cfg={cfg}: act_smem changed the result"
-
-
 @pytest.mark.parametrize("name", list(MODEL_SHAPES))
 def test_rowblock_planes_model_shapes(name):
     """The row-block family on the planes layout, every model shape and every M."""
@@ -376,12 +312,6 @@ ROWBLOCK_CONFIGS += [(rt, warps, unroll, stages, 1, 1)  # persistent grids (tile
 ROWBLOCK_CONFIGS += [(rt, warps, unroll, stages, 0, 1, splits)  # split row blocks
                      for rt in (1, 2, 4) for warps in (1, 3, 16) for unroll in (1, 2, 4)
                      for stages in (1, 2) for splits in (2, 3)]
-ROWBLOCK_CONFIGS += [(rt, warps, unroll, stages, blocks, 1, 0, 3)  # L2 prefetch (tiles rt 2)
-                     for rt in (1, 2) for warps in (1, 3, 16) for unroll in (1, 2, 4)
-                     for stages in (1, 2, 3) for blocks in ((0, 1) if stages < 3 else (0,))]
-ROWBLOCK_CONFIGS += [(rt, warps, unroll, stages, blocks, 1, 0, 0, 1)  # activations in shared memory
-                     for rt in (1, 2) for warps in (1, 3, 16) for unroll in (1, 2, 4)
-                     for stages in (1, 2, 3) for blocks in ((0, 1) if stages < 3 else (0,))]
 
 
 @pytest.mark.parametrize("m", [1, 7, 9, 16])
@@ -399,8 +329,7 @@ def test_every_config(m):
                 # planes, a row-block combination not compiled (spills)
                 assert e.status_name == "PQ2_ERR_UNSUPPORTED", e
                 assert ("shared memory" in e.message or "tiles layout only" in e.message
-                        or "no compiled row-block kernel" in e.message or "prefetch=3 needs" in e.message
-                        or "act_smem=1 serves m == 1" in e.message), e
+                        or "no compiled row-block kernel" in e.message), e
 
 
 def test_deterministic_with_split_rows():
@@ -489,33 +418,6 @@ def test_bad_arguments_return_status():
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "splits=2" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 4, 0, "stream", 2)))
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "splits=2" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", prefetch=33)))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "prefetch=33" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", prefetch=-1)))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "prefetch=-1" in e.message
-    e = status_of(lambda: pl.matmul(x, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", prefetch=2)))  # tiles only
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "prefetch=2 needs the tiles layout" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 1, 3, 0, "rowblock", prefetch=2)))  # not the ring
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "prefetch=2" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", 2, prefetch=2)))  # not split
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "with prefetch" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 4, 0, "stream", prefetch=2)))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "prefetch=2" in e.message
-    x1 = activations(1, 640, "normal", torch.float32, 0)
-    e = status_of(lambda: w.matmul(x1, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", act_smem=2)))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "act_smem=2" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", act_smem=1)))  # m = 2
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "act_smem=1 serves m == 1" in e.message
-    e = status_of(lambda: pl.matmul(x1, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", act_smem=1)))  # tiles only
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "act_smem=1 serves m == 1" in e.message
-    e = status_of(lambda: w.matmul(x1, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", prefetch=2, act_smem=1)))
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "with act_smem" in e.message
-    e = status_of(lambda: w.matmul(x1, cfg=decode_config(2, 4, 2, 4, 0, "stream", act_smem=1)))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "act_smem=1" in e.message
-    huge = weights((16, 128 * 2048), "random", "tiles", 2)[2]  # 2048 groups: 272 KB of staged activations
-    xh = activations(1, 128 * 2048, "normal", torch.float32, 0)
-    e = status_of(lambda: huge.matmul(xh, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", act_smem=1)))
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "shared memory" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 2, 9, 0, "rowblock")))
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "stages=9" in e.message
     e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 16, 2, 8, 0, "rowblock")))  # 16*8*2*1088 B

@@ -68,7 +68,7 @@ def main(argv=None):
     ap.add_argument("--ms", default="1,8,16")
     ap.add_argument("--layout", default="tiles")
     ap.add_argument("--rt", type=int, default=2)
-    ap.add_argument("--cfg", help="rt,warps,unroll,stages,blocks,family[,splits[,prefetch[,act_smem]]] (default: the dispatcher's); "
+    ap.add_argument("--cfg", help="rt,warps,unroll,stages,blocks,family[,splits] (default: the dispatcher's); "
                                    "breakdown takes several separated by ';'")
     ap.add_argument("--iters", type=int, default=8)
     ap.add_argument("--copies", type=int, default=0,

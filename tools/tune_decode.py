@@ -25,33 +25,29 @@ M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits")  # what --families can name
 
 
-def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES, prefetches=(0,)):
-    """Configurations to time: tuples in CONFIG_FIELDS order (refused ones are skipped).
-    prefetches: the L2 prefetch distances (config prefetch) to try on the tiles register kernels;
-    at m == 1 these are also tried with the activations staged in shared memory (act_smem)."""
-    acts = (0, 1) if m == 1 and layout == "tiles" else (0,)
+def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES):
+    """Configurations to time: tuples in CONFIG_FIELDS order (refused ones are skipped)."""
     rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
     if "stream" in families:
         warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
         for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
-            yield (rt, w, u, s, 0, 0, 0, 0, 0)
+            yield (rt, w, u, s, 0, 0, 0)
     if "rowblock" in families and layout == "tiles":  # one block per row block
         for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2, 3, 4, 6)):
-            for pf, a in itertools.product(prefetches, acts) if s <= 2 else ((0, 0),):
-                yield (layout_rt, w, u, s, 0, 1, 0, pf, a)
-        for w, pf, a in itertools.product((4, 8, 16), prefetches, acts):  # batches of 4 units (rt 2, m <= 8)
-            yield (layout_rt, w, 4, 1, 0, 1, 0, pf, a)
+            yield (layout_rt, w, u, s, 0, 1, 0)
+        for w in (4, 8, 16):  # batches of 4 units (rt 2, m <= 8)
+            yield (layout_rt, w, 4, 1, 0, 1, 0)
     if "persistent" in families and layout == "tiles":  # register kernels on a persistent grid:
-        for w, u, s, pf, a in itertools.product((2, 4, 8, 16), (1, 2, 4), (1, 2), prefetches, acts):  # half or
-            for b in sorted({max(1, 32 // w), 64 // w}):  # all of the blocks per SM 64 warps allow
-                yield (layout_rt, w, u, s, b, 1, 0, pf, a)
+        for w, u, s in itertools.product((2, 4, 8, 16), (1, 2, 4), (1, 2)):  # half or all of the
+            for b in sorted({max(1, 32 // w), 64 // w}):  # blocks per SM 64 warps allow
+                yield (layout_rt, w, u, s, b, 1, 0)
     if "rowblock" in families and layout == "planes":  # register kernels only (no ring)
         for rt, w, u, s in itertools.product((1, 2), (2, 4, 8, 16), (1, 2), (1, 2)):
-            yield (rt, w, u, s, 0, 1, 0, 0, 0)
+            yield (rt, w, u, s, 0, 1, 0)
     if "splits" in families:  # register kernels, row blocks split over 2-4 blocks
         rts = [layout_rt] if layout == "tiles" else [1, 2]
         for rt, w, u, s, sp in itertools.product(rts, (4, 8, 16), (1, 2), (1, 2), (2, 3, 4)):
-            yield (rt, w, u, s, 0, 1, sp, 0, 0)
+            yield (rt, w, u, s, 0, 1, sp)
 
 
 # Within this fraction of the fastest, the lighter configuration wins (footprint()).
@@ -60,13 +56,12 @@ TIE = 0.02
 
 def footprint(cfg):
     """Order among near-equal configurations: register kernels before the shared-memory ring
-    (stages >= 3), unsplit row blocks before split ones, no L2 prefetch before prefetch, no
-    activation staging before staging. A call that holds 100 KB of shared
+    (stages >= 3), unsplit row blocks before split ones. A call that holds 100 KB of shared
     memory per block keeps the next call's blocks from starting early in a chain of calls
     (bench/NOTES.md v8c: one such table entry cost the decode pass 0.26 ms while timing within
     1% of the register kernel on its own)."""
-    rt, warps, unroll, stages, blocks, family, splits, prefetch, act_smem = cfg
-    return (stages >= 3, splits > 1, prefetch > 0, act_smem > 0)
+    rt, warps, unroll, stages, blocks, family, splits = cfg
+    return (stages >= 3, splits > 1)
 
 
 def pick(cands):
@@ -76,7 +71,7 @@ def pick(cands):
                key=lambda t: (t[0], t[1]))[1:]
 
 
-def tune(shapes, layouts, ms, replays, log, wide=False, families=FAMILY_CHOICES, prefetches=(0,)):
+def tune(shapes, layouts, ms, replays, log, wide=False, families=FAMILY_CHOICES):
     import torch  # the GPU side only: --from-json runs without it
 
     from bench_decode import copies_for, resident, time_pq2
@@ -88,7 +83,7 @@ def tune(shapes, layouts, ms, replays, log, wide=False, families=FAMILY_CHOICES,
             ws = resident(n, k, layout, layout_rt, copies_for(pq2_bytes(n, k)))
             for m in ms:
                 cands = []
-                for cfg in search_space(layout, layout_rt, m, wide, families, prefetches):
+                for cfg in search_space(layout, layout_rt, m, wide, families):
                     try:
                         us = time_pq2(ws, m, decode_config(*cfg), replays=replays)
                     except Pq2Error as e:
@@ -124,13 +119,12 @@ def render_table(entries, env, keep=(), note=""):
     ]
     lines += [line for line in keep if line.startswith("// ") and "Generated" in line]
     lines += ["//",
-              "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits, "
-              "prefetch, act_smem)  // us"]
+              "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits)  // us"]
     lines += [line for line in keep if line.startswith("PQ2_TUNED(")]
     for layout, m, n, k, layout_rt, cfg, us in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[4], e[1])):
-        rt, warps, unroll, stages, blocks, family, splits, prefetch, act_smem = cfg
+        rt, warps, unroll, stages, blocks, family, splits = cfg
         args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt, FAMILY_NAMES[family],
-                                          rt, warps, unroll, stages, blocks, splits, prefetch, act_smem))
+                                          rt, warps, unroll, stages, blocks, splits))
         lines.append(f"PQ2_TUNED({args})  // {us:.1f} us")
     return "\n".join(lines) + "\n"
 
@@ -184,8 +178,6 @@ def main(argv=None):
                     help="kernel families to search: stream, rowblock, persistent (row-block kernels "
                          "on a persistent grid: config blocks > 0), splits (row blocks split over "
                          "several blocks: config splits > 1)")
-    ap.add_argument("--prefetch", default="0,2,4,8",
-                    help="L2 prefetch distances (config prefetch, units) to try on the tiles register kernels")
     ap.add_argument("--from-json", help="no GPU: re-pick the entries of a saved --json tune and --write them")
     args = ap.parse_args(argv)
     if args.from_json:
@@ -205,7 +197,7 @@ def main(argv=None):
     layouts = [(a, int(b)) for a, b in (v.split(":") for v in args.layouts.split(","))]
     entries, rows = tune(args.shapes.split(","), layouts, [int(m) for m in args.ms.split(",")],
                          args.replays, lambda s: print(s, flush=True), args.wide,
-                         tuple(args.families.split(",")), tuple(int(v) for v in args.prefetch.split(",")))
+                         tuple(args.families.split(",")))
     if args.write:
         keep = kept_lines(args.write, layouts)
         with open(args.write, "w") as f:

@@ -68,7 +68,7 @@ extern "C" {
 /* PQ2_CDEF_BEGIN */
 
 /* Bumped on any incompatible change of a signature, struct, enum value or layout. */
-#define PQ2_ABI_VERSION 4
+#define PQ2_ABI_VERSION 3
 
 /* Format version written to repacked files as pyq2.format_version. */
 #define PQ2_FORMAT_VERSION 1
@@ -198,14 +198,6 @@ typedef struct pq2_decode_config {
                        blocks than multiprocessors for few, long row blocks); the last block of
                        a row block to finish adds the splits' partial sums in split order
                        (deterministic; needs workspace). STREAM: must be 0 or 1. (ABI 3) */
-    int32_t prefetch; /* ROWBLOCK, TILES, stages 1-2: 0 = off; 1..32 = each warp asks L2 to
-                       fetch its weights that many units ahead of its register loads (one bulk
-                       L2 prefetch per batch, no registers), so those loads hit L2. PLANES,
-                       the ring (stages 3..8) and STREAM: must be 0. (ABI 4) */
-    int32_t act_smem; /* ROWBLOCK, TILES rt 2, stages 1-2, unsplit, m == 1: 1 = each block first
-                       copies the activations (q8 in MMA fragment order, scales, sums) to shared
-                       memory (k/128 * 136 bytes more per block), so the loop reads them there
-                       instead of from L2; 0 = off. Must be 0 elsewhere. (ABI 4) */
 } pq2_decode_config;
 
 /* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */

@@ -15,7 +15,6 @@ struct pq2_decode_problem {
     int64_t n, k;
     int32_t m, layout, y_dtype;
     int32_t splits;          // row-block family: blocks per row block (1 = no split)
-    int32_t prefetch;        // row-block family, tiles: L2 prefetch distance in units (0 = off)
 };
 
 // The token class of m, which picks a kernel instance: 1 (m == 1), 8 (m <= 8) or 16.
@@ -67,13 +66,13 @@ pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
 
 // Shared memory of one row-block launch (the cross-warp reduction; with stages >= 3 also the
 // warps' rings).
-size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m, int64_t k);
+size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m);
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin);
 // PQ2_OK when the row-block family has an instance for cfg with this layout and m that fits the
 // device (compute capability cc, max_smem bytes of shared memory per block), else an error
 // naming the values.
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                     int32_t layout_rt, int64_t m, int64_t k, int cc, int max_smem);
+                                     int32_t layout_rt, int64_t m, int cc, int max_smem);
 // The grid of cfg on a device with `sms` multiprocessors: one block per row block
 // (ceil(n / (16*rt))), cfg.splits blocks per row block (splits > 1), or with cfg.blocks > 0 at
 // most cfg.blocks * sms blocks that loop over the row blocks.

@@ -23,9 +23,7 @@
 //      copies (cp.async.bulk: one instruction per slot, completion on an mbarrier), so up to
 //      stages*U*RT*544 bytes per warp are in flight whatever the register budget.
 // The first loads are issued before the programmatic-dependent-launch wait, so weight
-// streaming overlaps the quantiser. With config prefetch D > 0 (tiles, stages 1-2), lane 0 of
-// each warp also asks L2 (one bulk prefetch per batch) for the units D ahead of its register
-// loads: more bytes in flight per warp without more registers.
+// streaming overlaps the quantiser.
 //
 // Grids of the register kernels (template GRID, from the configuration): one block per row block
 // (blocks 0, splits 0-1); a persistent grid of at most blocks * SMs blocks looping over the row
@@ -37,7 +35,6 @@ namespace {
 
 constexpr int kMaxBlocksPerSm = 32;  // a multiprocessor holds at most 32 blocks
 constexpr int kMaxSplits = 16;       // blocks per row block (config splits)
-constexpr int kMaxPrefetch = 32;     // units of L2 prefetch ahead (config prefetch)
 
 // 16 bytes read once: no L1 allocation.
 __device__ __forceinline__ uint4 ld_stream16(const uint8_t *p)
@@ -99,17 +96,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 #endif
 }
 
-// Asks L2 to fetch [p, p + bytes) from memory (sm_90; 16-byte aligned, bytes a multiple of 16).
-// Only a hint: no completion, no registers, nothing to wait for.
-__device__ __forceinline__ void l2_prefetch(const void *p, uint32_t bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes));
-#else
-    (void)p, (void)bytes;
-#endif
-}
-
 // Orders this thread's earlier shared-memory reads before later bulk copies into the same bytes.
 __device__ __forceinline__ void fence_proxy_async()
 {
@@ -164,13 +150,6 @@ struct weight_src<PQ2_LAYOUT_TILES, RT, U> {
     {
         load_batch<RT, U>(b, codes + (size_t)i * (RT * 512), scales + i * (RT * 8), n);
     }
-    // Units [i, i+n) of the warp's range into L2 (config prefetch). Lane 0 only: its pointers
-    // are the warp's (no lane offset).
-    __device__ __forceinline__ void prefetch(int i, int n) const
-    {
-        l2_prefetch(codes + (size_t)i * (RT * 512), (uint32_t)n * (RT * 512));
-        l2_prefetch(scales + i * (RT * 8), (uint32_t)n * (RT * 32));
-    }
 };
 
 __device__ __forceinline__ uint2 ld_stream8(const uint8_t *p)
@@ -210,8 +189,6 @@ struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
                     b.scales[u][r] = (uint32_t)__ldg(scales[r][0] + i + u) | ((uint32_t)__ldg(scales[r][1] + i + u) << 16);
                 }
     }
-    // Config prefetch is tiles-only (pq2_rowblock_check_config refuses it here).
-    __device__ __forceinline__ void prefetch(int, int) const {}
 };
 
 // Per-lane activation addressing: B fragments of token min(nt*8+gid, m-1) and d_x, sums of the
@@ -223,11 +200,16 @@ struct act_ptrs {
     const int32_t *sums[NT][NJ];
 };
 
-// The B fragments, scales/64 and -sums of group g from the Q8 workspace (L2).
-template <int NT, int NJ>
-__device__ __forceinline__ void fetch_act(const act_ptrs<NT, NJ> &A, int g, uint2 (&bq)[NT][4], float (&xs)[NT][NJ],
-                                          int (&ns)[NT][NJ])
+// Accumulates one unit (group g; the lane's code bytes w[r] and scale words sc[r] of its RT
+// sub-tiles) into acc.
+template <int RT, int NT, int TOKS>
+__device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&sc)[RT], int g,
+                                         const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, float (&acc)[RT][NT][4])
 {
+    constexpr int NJ = TOKS == 1 ? 1 : 2;
+    uint2 bq[NT][4];
+    float xs[NT][NJ];
+    int ns[NT][NJ];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -238,56 +220,6 @@ __device__ __forceinline__ void fetch_act(const act_ptrs<NT, NJ> &A, int g, uint
             ns[nt][j] = -__ldg(A.sums[nt][j] + g);
         }
     }
-}
-
-// m == 1, config act_smem: the block's activations staged in shared memory by stage_act():
-// per group 128 q8 bytes in fragment order (lane class tq's four plane fragments contiguous, 32
-// bytes: two 16-byte reads) and {scale/64, -sum} as one 8-byte word.
-struct act_smem {
-    const uint8_t *q;   // [group - g0][tq][plane][8], + tq*32
-    const uint2 *xs;    // [group - g0] {float bits of scale/64, -sum}
-    int g0;             // first staged group
-};
-
-__device__ __forceinline__ void fetch_act(const act_smem &A, int g, uint2 (&bq)[1][4], float (&xs)[1][1], int (&ns)[1][1])
-{
-    const uint8_t *q = A.q + (g - A.g0) * 128;
-    const uint4 lo = *reinterpret_cast<const uint4 *>(q);
-    const uint4 hi = *reinterpret_cast<const uint4 *>(q + 16);
-    bq[0][0] = make_uint2(lo.x, lo.y), bq[0][1] = make_uint2(lo.z, lo.w);
-    bq[0][2] = make_uint2(hi.x, hi.y), bq[0][3] = make_uint2(hi.z, hi.w);
-    const uint2 v = A.xs[g - A.g0];
-    xs[0][0] = __uint_as_float(v.x);
-    ns[0][0] = (int)v.y;
-}
-
-// Copies token 0's activations of groups [g0, g0 + gs) into shared memory at `smem` (gs * 136
-// bytes, 16-byte aligned) in act_smem's order and syncs the block. After the PDL wait.
-__device__ __forceinline__ act_smem stage_act(const pq2_decode_problem &p, uint8_t *smem, int g0, int gs, int lane)
-{
-    const int8_t *q = p.q8 + (size_t)g0 * 128;
-    // 8-byte piece i of the groups' q8 (plane order): group i/16, plane (i/4)%4, lane class i%4.
-    for (int i = threadIdx.x; i < gs * 16; i += blockDim.x)
-        *reinterpret_cast<uint2 *>(smem + (i >> 4) * 128 + (i & 3) * 32 + ((i >> 2) & 3) * 8) =
-            __ldg(reinterpret_cast<const uint2 *>(q + (size_t)i * 8));
-    uint2 *xs = reinterpret_cast<uint2 *>(smem + (size_t)gs * 128);
-    for (int g = threadIdx.x; g < gs; g += blockDim.x)
-        xs[g] = make_uint2(__float_as_uint(__ldg(p.xs + g0 + g) * (1.0f / 64.0f)), (uint32_t)-__ldg(p.sums + g0 + g));
-    __syncthreads();
-    return act_smem{smem + (lane & 3) * 32, xs, g0};
-}
-
-// Accumulates one unit (group g; the lane's code bytes w[r] and scale words sc[r] of its RT
-// sub-tiles) into acc. A: act_ptrs (the Q8 workspace) or act_smem (m == 1, staged).
-template <int RT, int NT, int TOKS, class ACTSRC>
-__device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&sc)[RT], int g,
-                                         const ACTSRC &A, float (&acc)[RT][NT][4])
-{
-    constexpr int NJ = TOKS == 1 ? 1 : 2;
-    uint2 bq[NT][4];
-    float xs[NT][NJ];
-    int ns[NT][NJ];
-    fetch_act(A, g, bq, xs, ns);
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
         const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
@@ -343,8 +275,9 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 }
 
 // Accumulates units [0, n) of batch b (groups g0, g0+1, ...) into acc.
-template <int RT, int U, int NT, int TOKS, class ACTSRC>
-__device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int n, const ACTSRC &A,
+template <int RT, int U, int NT, int TOKS>
+__device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int n,
+                                              const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A,
                                               float (&acc)[RT][NT][4])
 {
 #pragma unroll
@@ -460,14 +393,10 @@ enum rowblock_grid_kind { kGridRows = 0, kGridPersist = 1, kGridSplit = 2 };
 // kGridPersist: row blocks blockIdx.x, + gridDim.x, ... (a grid smaller than the row blocks);
 // the first batch of the next row block is loaded before this one's reduction, so the warp's
 // loads do not pause there.
-// PF: the config prefetch > 0 instances; ACT: the config act_smem instances (m == 1; the
-// activations staged in shared memory after the reduction buffer). Separate instances, so that
-// the others compile as before.
-template <int LAYOUT, int RT, int U, int TOKS, int STAGES, int GRID, bool PF, bool ACT>
+template <int LAYOUT, int RT, int U, int TOKS, int STAGES, int GRID>
 __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
 {
-    static_assert(!ACT || TOKS == 1, "activation staging serves m == 1");
-    extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane], then (ACT) act_smem
+    extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
     constexpr int NT = TOKS > 8 ? 2 : 1;
     constexpr int NJ = TOKS == 1 ? 1 : 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -484,36 +413,19 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     const int g_begin = g0 + ws.g_begin, len = ws.len;
     weight_src<LAYOUT, RT, U> src(p, rb, g_begin, lane);
 
-    // The first batch (stages 1) or two (stages 2) are in flight before the wait. Config
-    // prefetch D > 0 (tiles): lane 0 also asks L2 for the next D units, and each later batch
-    // load of units [i, i+U) asks for [i+D, i+D+U), so the register loads find their bytes in L2.
-    const auto prefetch_from = [&](const weight_src<LAYOUT, RT, U> &s, int i, int n) {
-        if constexpr (PF) {
-            n = min(n, len - i);
-            if (lane == 0 && n > 0) s.prefetch(i, n);
-        }
-    };
+    // The first batch (stages 1) or two (stages 2) are in flight before the wait.
     batch<RT, U> b0, b1;
     if (len > 0) src.load(b0, 0, min(len, U));
     if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
-    prefetch_from(src, STAGES * U, p.prefetch);
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
-    const auto A = [&] {
-        if constexpr (ACT)
-            return stage_act(p, reinterpret_cast<uint8_t *>(red + warps * RT * NT * 128), g0, gs, lane);
-        else
-            return act_setup<NT, NJ>(p, G, lane);
-    }();
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
 
     for (;;) {
         float acc[RT][NT][4];
         zero_acc(acc);
         if constexpr (STAGES == 1) {
             for (int i = 0; i < len; i += U) {
-                if (i > 0) {
-                    src.load(b0, i, min(len - i, U));
-                    prefetch_from(src, i + p.prefetch, U);
-                }
+                if (i > 0) src.load(b0, i, min(len - i, U));
                 compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
             }
         } else {
@@ -521,16 +433,10 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             // [i+U, i+2U); each is refilled as soon as it has been computed.
             for (int i = 0; i < len; i += 2 * U) {
                 compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
-                if (i + 2 * U < len) {
-                    src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
-                    prefetch_from(src, i + 2 * U + p.prefetch, U);
-                }
+                if (i + 2 * U < len) src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
                 if (i + U >= len) break;
                 compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
-                if (i + 3 * U < len) {
-                    src.load(b1, i + 3 * U, min(len - i - 3 * U, U));
-                    prefetch_from(src, i + 3 * U + p.prefetch, U);
-                }
+                if (i + 3 * U < len) src.load(b1, i + 3 * U, min(len - i - 3 * U, U));
             }
         }
         if constexpr (GRID != kGridPersist) {
@@ -543,7 +449,6 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                 src = weight_src<LAYOUT, RT, U>(p, next, g_begin, lane);
                 if (len > 0) src.load(b0, 0, min(len, U));
                 if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
-                prefetch_from(src, STAGES * U, p.prefetch);
             }
             reduce_store<RT, NT, TOKS, false>(p, red, rb, 0, warp, warps, lane, acc);
             if (!more) return;
@@ -676,47 +581,26 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)                                      \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 
-// The config prefetch > 0 kernels (PF): tiles rt 2 (the default layout), one block per row
-// block and persistent grids.
-#define PQ2_PREFETCH_INSTANCES(X)                                                                  \
-    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) \
-    X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
-
-// The config act_smem kernels (ACT): tiles rt 2, m == 1, stages 1-2, one block per row block and
-// persistent grids (without prefetch: it never won, v9a).
-#define PQ2_ACT_INSTANCES(X)                                                                           \
-    X(PQ2_LAYOUT_TILES, 2, 1, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 1, 2) X(PQ2_LAYOUT_TILES, 2, 2, 1, 1)    \
-    X(PQ2_LAYOUT_TILES, 2, 2, 1, 2) X(PQ2_LAYOUT_TILES, 2, 4, 1, 1)
-
-// Every register kernel, as Y(GRID, PF, ACT, L, R, U, T, S).
-#define PQ2_ROWS_(L, R, U, T, S) PQ2_Y_(kGridRows, false, false, L, R, U, T, S)
-#define PQ2_PERSIST_(L, R, U, T, S) PQ2_Y_(kGridPersist, false, false, L, R, U, T, S)
-#define PQ2_SPLIT_(L, R, U, T, S) PQ2_Y_(kGridSplit, false, false, L, R, U, T, S)
-#define PQ2_ROWS_PF_(L, R, U, T, S) PQ2_Y_(kGridRows, true, false, L, R, U, T, S)
-#define PQ2_PERSIST_PF_(L, R, U, T, S) PQ2_Y_(kGridPersist, true, false, L, R, U, T, S)
-#define PQ2_ROWS_ACT_(L, R, U, T, S) PQ2_Y_(kGridRows, false, true, L, R, U, T, S)
-#define PQ2_PERSIST_ACT_(L, R, U, T, S) PQ2_Y_(kGridPersist, false, true, L, R, U, T, S)
-#define PQ2_REGISTER_KERNELS                                                              \
-    PQ2_ROWBLOCK_INSTANCES(PQ2_ROWS_) PQ2_PERSIST_INSTANCES(PQ2_PERSIST_)                 \
-    PQ2_SPLIT_INSTANCES(PQ2_SPLIT_) PQ2_PREFETCH_INSTANCES(PQ2_ROWS_PF_)                  \
-    PQ2_PREFETCH_INSTANCES(PQ2_PERSIST_PF_) PQ2_ACT_INSTANCES(PQ2_ROWS_ACT_)              \
-    PQ2_ACT_INSTANCES(PQ2_PERSIST_ACT_)
-
 using rowblock_fn = void (*)(const pq2_decode_problem);
 using ring_fn = void (*)(const pq2_decode_problem, int);
 
 int grid_kind(const pq2_decode_config &cfg) { return cfg.splits > 1 ? kGridSplit : cfg.blocks > 0 ? kGridPersist : kGridRows; }
 
-rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, int grid, bool pf,
-                          bool act)
+rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, int grid)
 {
     const int toks = pq2_decode_tokens_class(m);
-#define PQ2_Y_(GK, PF, ACT, L, R, U, T, S)                                                                 \
-    if (grid == GK && pf == PF && act == ACT && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && \
-        stages == (S))                                                                                        \
-        return rowblock_kernel<L, R, U, T, S, GK, PF, ACT>;
-    PQ2_REGISTER_KERNELS
-#undef PQ2_Y_
+#define PQ2_MATCH_GRID(GK, L, R, U, T, S) \
+    if (grid == GK && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S, GK>;
+#define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridRows, L, R, U, T, S)
+    PQ2_ROWBLOCK_INSTANCES(PQ2_MATCH)
+#undef PQ2_MATCH
+#define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridPersist, L, R, U, T, S)
+    PQ2_PERSIST_INSTANCES(PQ2_MATCH)
+#undef PQ2_MATCH
+#define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridSplit, L, R, U, T, S)
+    PQ2_SPLIT_INSTANCES(PQ2_MATCH)
+#undef PQ2_MATCH
+#undef PQ2_MATCH_GRID
     return nullptr;
 }
 
@@ -733,23 +617,22 @@ ring_fn find_ring(int32_t rt, int32_t unroll, int64_t m)
 bool has_instance(const pq2_decode_config &cfg, int32_t layout, int64_t m)
 {
     return cfg.stages >= 3 ? find_ring(cfg.rt, cfg.unroll, m) != nullptr
-                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages, grid_kind(cfg), cfg.prefetch > 0,
-                                           cfg.act_smem != 0) != nullptr;
+                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages, grid_kind(cfg)) != nullptr;
 }
 
 }  // namespace
 
-size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m, int64_t k)
+size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m)
 {
     const int nt = m > 8 ? 2 : 1;
     const size_t red = (size_t)cfg.warps * cfg.rt * nt * 128 * sizeof(float);
-    if (cfg.stages < 3) return red + (cfg.act_smem ? (size_t)(k / 128) * 136 : 0);  // act_smem: stage_act()
+    if (cfg.stages < 3) return red;
     const size_t ring = (size_t)cfg.warps * cfg.stages * (cfg.unroll * cfg.rt * 544 + sizeof(uint64_t));
     return ring > red ? ring : red;
 }
 
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                     int32_t layout_rt, int64_t m, int64_t k, int cc, int max_smem)
+                                     int32_t layout_rt, int64_t m, int cc, int max_smem)
 {
     if (layout != PQ2_LAYOUT_TILES && layout != PQ2_LAYOUT_PLANES)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: the row block family reads the planes or tiles layout", fn);
@@ -780,46 +663,34 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
                              "%s: config splits=%d with blocks=%d stages=%d: split row blocks run on the register "
                              "kernels (stages 1-2) with one grid block per split (blocks 0)", fn, (int)cfg.splits,
                              (int)cfg.blocks, (int)cfg.stages);
-    if (cfg.prefetch < 0 || cfg.prefetch > kMaxPrefetch)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: config prefetch=%d is not in 0..%d (row block family: units of L2 prefetch "
-                             "ahead of each warp's loads)", fn, (int)cfg.prefetch, kMaxPrefetch);
-    if (cfg.prefetch > 0 && (layout != PQ2_LAYOUT_TILES || cfg.stages >= 3 || cc < 90))
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: config prefetch=%d needs the tiles layout, the register kernels (stages 1-2; "
-                             "the ring runs ahead by itself) and compute capability 9.0 (layout %s, stages=%d, "
-                             "device %d.%d)", fn, (int)cfg.prefetch, pq2_layout_name(layout), (int)cfg.stages,
-                             cc / 10, cc % 10);
-    if (cfg.act_smem != 0 && cfg.act_smem != 1)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config act_smem=%d is not 0 or 1", fn, (int)cfg.act_smem);
-    if (cfg.act_smem && (m != 1 || layout != PQ2_LAYOUT_TILES || cfg.stages >= 3 || cfg.splits > 1))
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: config act_smem=1 serves m == 1 on the tiles layout with the register kernels "
-                             "(stages 1-2, unsplit); got m=%lld layout %s stages=%d splits=%d", fn, (long long)m,
-                             pq2_layout_name(layout), (int)cfg.stages, (int)cfg.splits);
     if (cfg.stages >= 3 && cc < 90)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d (bulk-copy ring) needs compute capability 9.0; this device "
                              "has %d.%d (use stages 1 or 2)", fn, (int)cfg.stages, cc / 10, cc % 10);
-    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m, k), max_smem));
+    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m), max_smem));
     if (!has_instance(cfg, layout, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s%s%s m=%lld", fn,
+                             "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s m=%lld", fn,
                              pq2_layout_name(layout), (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages,
                              cfg.splits > 1 ? " (split row blocks)" : cfg.blocks > 0 ? " (persistent grid)" : "",
-                             cfg.prefetch > 0 ? " with prefetch (tiles rt 2, unsplit)" : "",
-                             cfg.act_smem ? " with act_smem" : "", (long long)m);
+                             (long long)m);
     return PQ2_OK;
 }
 
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
-#define PQ2_Y_(GK, PF, ACT, L, R, U, T, S)                                                   \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, GK, PF, ACT>,      \
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize,     \
-                                          ACT ? max_smem_optin : 16 * 4 * 2 * 128 * 4));
-    PQ2_REGISTER_KERNELS
-#undef PQ2_Y_
+#define PQ2_ATTR_GRID(GK, L, R, U, T, S) \
+    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, GK>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
+#define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridRows, L, R, U, T, S)
+    PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
+#undef PQ2_ATTR
+#define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridPersist, L, R, U, T, S)
+    PQ2_PERSIST_INSTANCES(PQ2_ATTR)
+#undef PQ2_ATTR
+#define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridSplit, L, R, U, T, S)
+    PQ2_SPLIT_INSTANCES(PQ2_ATTR)
+#undef PQ2_ATTR
+#undef PQ2_ATTR_GRID
 #define PQ2_ATTR(R, U, T)                                                                                       \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin)); \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
@@ -843,11 +714,10 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
     if (blocks > INT32_MAX || p.k / 128 * row_blocks > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: n=%lld k=%lld: too many row blocks for one grid", fn,
                              (long long)p.n, (long long)p.k);
-    pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m, p.k), stream, after_kernel);
+    pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m), stream, after_kernel);
     if (cfg.stages >= 3)
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
     else
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages,
-                                                                  grid_kind(cfg), cfg.prefetch > 0, cfg.act_smem != 0), p));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages, grid_kind(cfg)), p));
     return pq2_launch_status(fn);
 }

@@ -60,11 +60,11 @@ struct tuned_entry {
 #define PLANES PQ2_LAYOUT_PLANES
 #define STREAM PQ2_DECODE_STREAM
 #define ROWBLOCK PQ2_DECODE_ROWBLOCK
-#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits, prefetch, act_smem) \
-    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family, splits, prefetch, act_smem}},
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits) \
+    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family, splits}},
 const tuned_entry kTable[] = {
 #include "decode_table.inc"
-    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0, 0, 0}}};
+    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0}}};
 #undef PQ2_TUNED
 #undef STREAM
 #undef ROWBLOCK
@@ -80,8 +80,6 @@ pq2_decode_config fallback_config(const pq2_view &v, int64_t m)
     pq2_decode_config c;
     c.blocks = 0;
     c.splits = 0;
-    c.prefetch = 0;
-    c.act_smem = 0;
     if (v.layout == PQ2_LAYOUT_TILES && (m <= 8 || v.rt <= 2)) {
         c.family = PQ2_DECODE_ROWBLOCK;
         c.rt = v.rt;
@@ -156,7 +154,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (!cfg_in && cfg->family == PQ2_DECODE_STREAM)  // chunks must tile k/128: shrink for odd k
         while (cfg->unroll > 1 && v->groups % cfg->unroll != 0) cfg->unroll /= 2;
     if (cfg->family == PQ2_DECODE_ROWBLOCK) {
-        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, v->k, cc, max_smem));
+        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, cc, max_smem));
         *blocks = pq2_rowblock_grid(*cfg, v->n, sms);
         return PQ2_OK;
     }
@@ -166,12 +164,6 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (cfg->splits != 0 && cfg->splits != 1)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config splits=%d: the stream family takes 0 or 1 "
                              "(it splits row blocks by its own plan)", fn, (int)cfg->splits);
-    if (cfg->prefetch != 0)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config prefetch=%d: the stream family takes 0 "
-                             "(its ring already runs ahead of the compute)", fn, (int)cfg->prefetch);
-    if (cfg->act_smem != 0)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config act_smem=%d: the stream family takes 0", fn,
-                             (int)cfg->act_smem);
     PQ2_CHECK(pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m, v->k, max_smem));
     return pq2_decode_grid(fn, cfg, v->layout, m, v->n, v->k, sms, blocks);
 }
@@ -189,7 +181,6 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
     p.splits = cfg.family == PQ2_DECODE_ROWBLOCK && cfg.splits > 1 ? cfg.splits : 1;
-    p.prefetch = cfg.family == PQ2_DECODE_ROWBLOCK ? cfg.prefetch : 0;
     if (cfg.family == PQ2_DECODE_ROWBLOCK) return pq2_rowblock_launch(fn, p, cfg, blocks, after_kernel, stream);
     return pq2_decode_launch(fn, p, cfg, blocks, after_kernel, stream);
 }
