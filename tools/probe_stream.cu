@@ -2,7 +2,7 @@
 // kernels are measured against, per call size, without any decode arithmetic.
 //
 // Standalone (no libpq2): nvcc -O3 -arch=sm_90a -o probe_stream tools/probe_stream.cu
-//   ./probe_stream [--json FILE]
+//   ./probe_stream [--tiles] [--json FILE]
 //
 // For each decode shape's byte count (TARGETS.md) it times pure-read kernels as CUDA-graph
 // replays over rotating copies (>= 4 copies and >= 256 MB, like tools/bench_decode.py), each
@@ -17,6 +17,11 @@
 // and then the 257-call decode pass (layer order of bench_decode.py, 257 distinct buffers) with
 // each pattern, with one and with two graph nodes per call (an empty kernel standing in for the
 // activation quantiser). Loads: ld.global.nc.L1::no_allocate.v4, `unroll` in flight per lane.
+//
+// --tiles (only this section): the row-block decode kernels' exact pattern on a tiles rt-2 layout
+// (one block per row block, warps splitting its units, U units of 16-byte code loads plus the
+// scale words per batch), with the scales apart (the layout), inline, or absent, per shape as
+// independent and as dependent calls, and in the dependent 257-call pass (bench/NOTES.md v9).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -32,6 +32,9 @@ def breakdown(args):
         n, k = (SHAPES[name][0], SHAPES[name][1]) if name in SHAPES else (64, 128)
         copies = args.copies or min(64, copies_for(pq2_bytes(n, k)))
         ws = resident(n, k, args.layout, args.rt, copies)
+        # At least 16 calls per graph, cycling over the copies: with few copies (--copies 1) a
+        # graph of one call would time the graph launch, not the call (bench/NOTES.md v9b).
+        calls = [ws[i % len(ws)] for i in range(max(16, len(ws)))]
         for m in [int(v) for v in args.ms.split(",")]:
             for text in cfgs:
                 cfg = parse_cfg(text)
@@ -39,9 +42,9 @@ def breakdown(args):
                 y = torch.empty(m, n, dtype=torch.bfloat16, device="cuda")
                 work = ws[0].workspace(m, cfg)
                 q8, xs, sums = quantize_q8(x)
-                t_quant = graph_time_us([lambda: quantize_q8(x)] * len(ws))[0]
-                t_q8 = graph_time_us([lambda w=w: w.matmul_q8(q8, xs, sums, y, work, cfg) for w in ws])[0]
-                t_full = graph_time_us([lambda w=w: w.matmul(x, out=y, workspace=work, cfg=cfg) for w in ws])[0]
+                t_quant = graph_time_us([lambda: quantize_q8(x)] * len(calls))[0]
+                t_q8 = graph_time_us([lambda w=w: w.matmul_q8(q8, xs, sums, y, work, cfg) for w in calls])[0]
+                t_full = graph_time_us([lambda w=w: w.matmul(x, out=y, workspace=work, cfg=cfg) for w in calls])[0]
                 print(f"{name:8s} {m:2d} {text or 'table':>16s} {t_quant:7.1f} {t_q8:10.1f} {t_full:7.1f} "
                       f"{pq2_bytes(n, k) / t_full / 1e3:9.0f}", flush=True)
         del ws
