@@ -199,6 +199,67 @@ __global__ void tiles_access(const uint8_t *base, int groups, size_t units, int 
     if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;
 }
 
+
+// --compute: tiles_access (scales apart, U = 1, dependent) with C integer instructions of work
+// per unit between a warp's loads (four independent IMAD chains over the loaded words: the
+// decode loop does ~116 per unit), either load-then-compute (PIPE 0, the M = 1 decode loop) or
+// with the next unit's loads issued before this unit's compute (PIPE 1, two register sets).
+template <int C, int PIPE>
+__global__ void tiles_compute(const uint8_t *base, int groups, size_t units, uint32_t *out)
+{
+    pdl_launch();
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, gid = lane >> 2;
+    const int g0 = warp * groups / warps, g1 = (warp + 1) * groups / warps;
+    const size_t unit0 = (size_t)blockIdx.x * groups;
+    const uint8_t *codes = base + unit0 * 1024 + lane * 16;
+    const uint8_t *scales = base + units * 1024 + unit0 * 64 + gid * 4;
+    uint32_t a0 = lane, a1 = lane + 1, a2 = lane + 2, a3 = lane + 3;
+    uint4 w[2][2];
+    uint32_t sc[2][2];
+    auto load = [&](int slot, int g) {
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            w[slot][r] = ld16(codes + (size_t)g * 1024 + r * 512);
+            sc[slot][r] = ld4(scales + (size_t)g * 64 + r * 32);
+        }
+    };
+    auto work = [&](int slot) {
+#pragma unroll
+        for (int c = 0; c < C / 4; ++c) {
+            const uint4 v = w[slot][c & 1];
+            a0 = a0 * 0x9E3779B1u + v.x;
+            a1 = a1 * 0x85EBCA6Bu + v.y;
+            a2 = a2 * 0xC2B2AE35u + v.z;
+            a3 = a3 * 0x27D4EB2Fu + (v.w ^ sc[slot][c & 1]);
+        }
+        a0 ^= w[slot][0].x ^ w[slot][1].y ^ sc[slot][0];
+        a1 ^= w[slot][0].y ^ w[slot][1].x ^ sc[slot][1];
+        a2 ^= w[slot][0].z ^ w[slot][1].w;
+        a3 ^= w[slot][0].w ^ w[slot][1].z;
+    };
+    if (g0 < g1) load(0, g0);
+    if (PIPE && g0 + 1 < g1) load(1, g0 + 1);
+    pdl_wait();
+    for (int g = g0; g < g1; ++g) {
+        if (PIPE) {
+            // slot (g - g0) & 1 holds unit g; refill it with unit g + 2 after use
+            const int slot = (g - g0) & 1;
+            if (slot == 0) {
+                work(0);
+                if (g + 2 < g1) load(0, g + 2);
+            } else {
+                work(1);
+                if (g + 2 < g1) load(1, g + 2);
+            }
+        } else {
+            if (g > g0) load(0, g);
+            work(0);
+        }
+    }
+    const uint32_t acc = a0 ^ a1 ^ a2 ^ a3;
+    if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;
+}
+
 __global__ void empty_node(uint32_t *out)
 {
     pdl_launch();
@@ -226,6 +287,8 @@ struct variant {
     int dep = 0;                // chunked: 0 independent calls, 1 wait first, 2 first loads then wait,
                                 // 3 L2 prefetch of the range + first loads, then wait; tiles: 0 or 2
     int sc = 0;                 // tiles: scales 0 none, 1 separate region, 2 interleaved
+    int compute = -1, pipe = 0; // tiles: >= 0 runs tiles_compute<compute, pipe> (U 1, scales apart)
+    int cap = 0;                // tiles_compute: at most this many warps per SM (shared memory padding), 0 = none
 };
 
 int g_sms = 0;
@@ -270,6 +333,23 @@ void launch(const variant &v, const call &c, cudaStream_t s)
     const uint8_t *base = c.base;
     const size_t bytes = c.bytes, chunk = c.chunk;
     const size_t vecs = bytes / 16;
+    if (v.kd == TILES && v.compute >= 0) {
+        const size_t units = bytes / 1088;
+        pdl_config l{dim3((unsigned)(units / c.groups)), dim3(v.warps * 32), s};
+        if (v.cap) l.cfg.dynamicSmemBytes = (size_t)(200 * 1024) / (v.cap / v.warps);  // cap/warps blocks per SM
+#define PROBE_COMPUTE(CC)                                                                                      \
+    if (v.compute == CC) {                                                                                     \
+        if (v.cap) {                                                                                           \
+            CK(cudaFuncSetAttribute(tiles_compute<CC COMMA 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); \
+            CK(cudaFuncSetAttribute(tiles_compute<CC COMMA 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); \
+        }                                                                                                      \
+        if (v.pipe) CK(cudaLaunchKernelEx(&l.cfg, tiles_compute<CC COMMA 1>, base, c.groups, units, g_out));   \
+        else CK(cudaLaunchKernelEx(&l.cfg, tiles_compute<CC COMMA 0>, base, c.groups, units, g_out));          \
+    }
+        PROBE_COMPUTE(0) PROBE_COMPUTE(64) PROBE_COMPUTE(128) PROBE_COMPUTE(192)
+#undef PROBE_COMPUTE
+        return;
+    }
     if (v.kd == TILES) {
         const size_t units = bytes / (v.sc ? 1088 : 1024);
         pdl_config l{dim3((unsigned)(units / c.groups)), dim3(v.warps * 32), s};
@@ -416,13 +496,55 @@ void tiles_section(uint8_t *base, const std::vector<size_t> &pass_bytes34, doubl
     if (jf) fprintf(jf, "\n]}\n");
 }
 
+// --compute: how the work between a warp's loads slows the dependent read (U 1, scales apart).
+void compute_section(uint8_t *base, double best_bw, FILE *jf)
+{
+    if (jf) fprintf(jf, "{\"read_gbs\": %.1f, \"compute\": [\n", best_bw);
+    bool first = true;
+    printf("\ntiles access + C instructions of work per unit between a warp's loads (U 1, dependent calls);"
+           " best warps per block of 4, 8, 16; %% of read bandwidth\n");
+    printf("%-8s %6s | %-24s %-24s | at most 32 warps per SM: %-24s %-24s\n", "shape", "C", "load then compute",
+           "next loads first", "load then compute", "next loads first");
+    for (const shape &sh : kShapes) {
+        if (!strcmp(sh.name, "lm_head")) continue;
+        const int groups = (int)(sh.k / 128);
+        const size_t units = (size_t)(sh.n / 32) * groups, bytes = units * 1088;
+        const size_t stride = (bytes + 4095) & ~(size_t)4095;
+        const size_t copies = std::max<size_t>(4, ((size_t)256 << 20) / bytes + 1);
+        std::vector<call> calls;
+        for (size_t c = 0; c < copies; ++c) calls.push_back({base + c * stride, bytes, 0, groups});
+        for (int cc : {0, 64, 128, 192}) {
+            double best[4] = {1e30, 1e30, 1e30, 1e30};
+            int bw_[4] = {0, 0, 0, 0};
+            for (int capped = 0; capped < 2; ++capped)
+                for (int pipe = 0; pipe < 2; ++pipe)
+                    for (int w : {4, 8, 16}) {
+                        variant v{TILES, w, 1, 0, 2, 1};
+                        v.compute = cc, v.pipe = pipe, v.cap = capped ? 32 : 0;
+                        const double us = graph_us(calls, v, false, 20);
+                        const int slot = capped * 2 + pipe;
+                        if (us < best[slot]) best[slot] = us, bw_[slot] = w;
+                        if (jf)
+                            fprintf(jf, "%s{\"shape\": \"%s\", \"compute\": %d, \"pipe\": %d, \"cap\": %d, \"warps\": %d, \"us\": %.3f}",
+                                    first ? "" : ",\n", sh.name, cc, pipe, v.cap, w, us), first = false;
+                    }
+            auto pct = [&](double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / best_bw; };
+            printf("%-8s %6d |", sh.name, cc);
+            for (int i = 0; i < 4; ++i) printf(" %6.2f us %5.1f%% w%-2d   %s", best[i], pct(best[i]), bw_[i], i == 1 ? "|                          " : "");
+            printf("\n");
+        }
+    }
+    if (jf) fprintf(jf, "\n]}\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *json = nullptr;
-    bool tiles_only = false;
+    bool tiles_only = false, compute_only = false;
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         if (!strcmp(argv[i], "--tiles")) tiles_only = true;
+        if (!strcmp(argv[i], "--compute")) compute_only = true;
     }
     CK(cudaDeviceGetAttribute(&g_sms, cudaDevAttrMultiProcessorCount, 0));
     cudaDeviceProp prop;
@@ -475,6 +597,11 @@ int main(int argc, char **argv)
     printf("device %s, %d SMs; read bandwidth %.0f GB/s (2 GiB, %s)\n", prop.name, g_sms, best_bw, bw_var.c_str());
 
     FILE *jf = json ? fopen(json, "w") : nullptr;
+    if (compute_only) {
+        compute_section(base, best_bw, jf);
+        if (jf) fclose(jf);
+        return 0;
+    }
     if (tiles_only) {
         tiles_section(base, pass_bytes, best_bw, jf);
         if (jf) fclose(jf);
