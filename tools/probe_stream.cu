@@ -200,11 +200,12 @@ __global__ void tiles_access(const uint8_t *base, int groups, size_t units, int 
 }
 
 
-// --compute: tiles_access (scales apart, U = 1, dependent) with C integer instructions of work
-// per unit between a warp's loads (four independent IMAD chains over the loaded words: the
-// decode loop does ~116 per unit), either load-then-compute (PIPE 0, the M = 1 decode loop) or
-// with the next unit's loads issued before this unit's compute (PIPE 1, two register sets).
-template <int C, int PIPE>
+// --compute: tiles_access (scales apart, dependent) with C integer instructions of work per unit
+// between a warp's loads (four independent IMAD chains over the loaded words: the decode loop
+// does ~116 instructions per unit, ~74 of them on the integer pipe), U units per register batch,
+// either load-then-compute (PIPE 0, the decode loop at stages 1) or with the next batch's loads
+// issued before this batch's compute (PIPE 1, two register sets, U = 1).
+template <int C, int PIPE, int U>
 __global__ void tiles_compute(const uint8_t *base, int groups, size_t units, uint32_t *out)
 {
     pdl_launch();
@@ -214,8 +215,9 @@ __global__ void tiles_compute(const uint8_t *base, int groups, size_t units, uin
     const uint8_t *codes = base + unit0 * 1024 + lane * 16;
     const uint8_t *scales = base + units * 1024 + unit0 * 64 + gid * 4;
     uint32_t a0 = lane, a1 = lane + 1, a2 = lane + 2, a3 = lane + 3;
-    uint4 w[2][2];
-    uint32_t sc[2][2];
+    constexpr int SLOTS = PIPE ? 2 : U;
+    uint4 w[SLOTS][2];
+    uint32_t sc[SLOTS][2];
     auto load = [&](int slot, int g) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
@@ -237,24 +239,31 @@ __global__ void tiles_compute(const uint8_t *base, int groups, size_t units, uin
         a2 ^= w[slot][0].z ^ w[slot][1].w;
         a3 ^= w[slot][0].w ^ w[slot][1].z;
     };
-    if (g0 < g1) load(0, g0);
-    if (PIPE && g0 + 1 < g1) load(1, g0 + 1);
-    pdl_wait();
-    for (int g = g0; g < g1; ++g) {
-        if (PIPE) {
+    if (PIPE) {
+        if (g0 < g1) load(0, g0);
+        if (g0 + 1 < g1) load(1, g0 + 1);
+        pdl_wait();
+        for (int g = g0; g < g1; ++g) {
             // slot (g - g0) & 1 holds unit g; refill it with unit g + 2 after use
-            const int slot = (g - g0) & 1;
-            if (slot == 0) {
+            if (((g - g0) & 1) == 0) {
                 work(0);
                 if (g + 2 < g1) load(0, g + 2);
             } else {
                 work(1);
                 if (g + 2 < g1) load(1, g + 2);
             }
-        } else {
-            if (g > g0) load(0, g);
-            work(0);
         }
+    } else {
+        for (int g = g0; g < g1; g += U) {
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (g + u < g1) load(u, g + u);
+            if (g == g0) pdl_wait();
+#pragma unroll
+            for (int u = 0; u < U; ++u)
+                if (g + u < g1) work(u);
+        }
+        if (g0 >= g1) pdl_wait();
     }
     const uint32_t acc = a0 ^ a1 ^ a2 ^ a3;
     if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;
@@ -337,16 +346,17 @@ void launch(const variant &v, const call &c, cudaStream_t s)
         const size_t units = bytes / 1088;
         pdl_config l{dim3((unsigned)(units / c.groups)), dim3(v.warps * 32), s};
         if (v.cap) l.cfg.dynamicSmemBytes = (size_t)(200 * 1024) / (v.cap / v.warps);  // cap/warps blocks per SM
-#define PROBE_COMPUTE(CC)                                                                                      \
-    if (v.compute == CC) {                                                                                     \
-        if (v.cap) {                                                                                           \
-            CK(cudaFuncSetAttribute(tiles_compute<CC COMMA 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); \
-            CK(cudaFuncSetAttribute(tiles_compute<CC COMMA 0>, cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024)); \
-        }                                                                                                      \
-        if (v.pipe) CK(cudaLaunchKernelEx(&l.cfg, tiles_compute<CC COMMA 1>, base, c.groups, units, g_out));   \
-        else CK(cudaLaunchKernelEx(&l.cfg, tiles_compute<CC COMMA 0>, base, c.groups, units, g_out));          \
+#define PROBE_COMPUTE_K(CC, PP, UU)                                                                          \
+    if (v.compute == CC && v.pipe == PP && v.unroll == UU) {                                                  \
+        if (v.cap)                                                                                            \
+            CK(cudaFuncSetAttribute(tiles_compute<CC COMMA PP COMMA UU>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
+                                    200 * 1024));                                                             \
+        CK(cudaLaunchKernelEx(&l.cfg, tiles_compute<CC COMMA PP COMMA UU>, base, c.groups, units, g_out));   \
     }
+#define PROBE_COMPUTE(CC) \
+    PROBE_COMPUTE_K(CC, 0, 1) PROBE_COMPUTE_K(CC, 1, 1) PROBE_COMPUTE_K(CC, 0, 2) PROBE_COMPUTE_K(CC, 0, 4)
         PROBE_COMPUTE(0) PROBE_COMPUTE(64) PROBE_COMPUTE(128) PROBE_COMPUTE(192)
+#undef PROBE_COMPUTE_K
 #undef PROBE_COMPUTE
         return;
     }
@@ -501,37 +511,41 @@ void compute_section(uint8_t *base, double best_bw, FILE *jf)
 {
     if (jf) fprintf(jf, "{\"read_gbs\": %.1f, \"compute\": [\n", best_bw);
     bool first = true;
-    printf("\ntiles access + C instructions of work per unit between a warp's loads (U 1, dependent calls);"
-           " best warps per block of 4, 8, 16; %% of read bandwidth\n");
-    printf("%-8s %6s | %-24s %-24s | at most 32 warps per SM: %-24s %-24s\n", "shape", "C", "load then compute",
-           "next loads first", "load then compute", "next loads first");
-    for (const shape &sh : kShapes) {
-        if (!strcmp(sh.name, "lm_head")) continue;
-        const int groups = (int)(sh.k / 128);
-        const size_t units = (size_t)(sh.n / 32) * groups, bytes = units * 1088;
-        const size_t stride = (bytes + 4095) & ~(size_t)4095;
-        const size_t copies = std::max<size_t>(4, ((size_t)256 << 20) / bytes + 1);
-        std::vector<call> calls;
-        for (size_t c = 0; c < copies; ++c) calls.push_back({base + c * stride, bytes, 0, groups});
-        for (int cc : {0, 64, 128, 192}) {
-            double best[4] = {1e30, 1e30, 1e30, 1e30};
-            int bw_[4] = {0, 0, 0, 0};
-            for (int capped = 0; capped < 2; ++capped)
-                for (int pipe = 0; pipe < 2; ++pipe)
-                    for (int w : {4, 8, 16}) {
-                        variant v{TILES, w, 1, 0, 2, 1};
-                        v.compute = cc, v.pipe = pipe, v.cap = capped ? 32 : 0;
-                        const double us = graph_us(calls, v, false, 20);
-                        const int slot = capped * 2 + pipe;
-                        if (us < best[slot]) best[slot] = us, bw_[slot] = w;
-                        if (jf)
-                            fprintf(jf, "%s{\"shape\": \"%s\", \"compute\": %d, \"pipe\": %d, \"cap\": %d, \"warps\": %d, \"us\": %.3f}",
-                                    first ? "" : ",\n", sh.name, cc, pipe, v.cap, w, us), first = false;
-                    }
+    // modes: U 1 load-then-compute, U 1 next loads first, U 2, U 4 (load then compute)
+    const int kPipe[4] = {0, 1, 0, 0}, kU[4] = {1, 1, 2, 4};
+    for (int capped = 0; capped < 2; ++capped) {
+        printf("\ntiles access + C instructions of work per unit between a warp's loads (dependent calls, %s);"
+               " best of 4, 8, 16 warps per block; %% of read bandwidth\n", capped ? "at most 32 warps per SM" : "no occupancy cap");
+        printf("%-8s %4s | %-20s | %-20s | %-20s | %-20s\n", "shape", "C", "U1 load, compute", "U1 next loads first",
+               "U2 load, compute", "U4 load, compute");
+        for (const shape &sh : kShapes) {
+            if (!strcmp(sh.name, "lm_head")) continue;
+            const int groups = (int)(sh.k / 128);
+            const size_t units = (size_t)(sh.n / 32) * groups, bytes = units * 1088;
+            const size_t stride = (bytes + 4095) & ~(size_t)4095;
+            const size_t copies = std::max<size_t>(4, ((size_t)256 << 20) / bytes + 1);
+            std::vector<call> calls;
+            for (size_t c = 0; c < copies; ++c) calls.push_back({base + c * stride, bytes, 0, groups});
             auto pct = [&](double us) { return 100.0 * bytes / (us * 1e-6) / 1e9 / best_bw; };
-            printf("%-8s %6d |", sh.name, cc);
-            for (int i = 0; i < 4; ++i) printf(" %6.2f us %5.1f%% w%-2d   %s", best[i], pct(best[i]), bw_[i], i == 1 ? "|                          " : "");
-            printf("\n");
+            for (int cc : {0, 64, 128, 192}) {
+                printf("%-8s %4d |", sh.name, cc);
+                for (int mode = 0; mode < 4; ++mode) {
+                    double best = 1e30;
+                    int bw_ = 0;
+                    for (int w : {4, 8, 16}) {
+                        variant v{TILES, w, kU[mode], 0, 2, 1};
+                        v.compute = cc, v.pipe = kPipe[mode], v.cap = capped ? 32 : 0;
+                        const double us = graph_us(calls, v, false, 20);
+                        if (us < best) best = us, bw_ = w;
+                        if (jf)
+                            fprintf(jf, "%s{\"shape\": \"%s\", \"compute\": %d, \"pipe\": %d, \"unroll\": %d, \"cap\": %d, "
+                                        "\"warps\": %d, \"us\": %.3f}",
+                                    first ? "" : ",\n", sh.name, cc, v.pipe, v.unroll, v.cap, w, us), first = false;
+                    }
+                    printf(" %6.2f us %5.1f%% w%-2d |", best, pct(best), bw_);
+                }
+                printf("\n");
+            }
         }
     }
     if (jf) fprintf(jf, "\n]}\n");
