@@ -256,17 +256,18 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
         const uint32_t a3[4] = {pq2_plane<3>(w[r].x), pq2_plane<3>(w[r].z), pq2_plane<3>(w[r].y), pq2_plane<3>(w[r].w)};
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
+            // All four MMAs start from zero (no C registers to fill), and -64 * sum(q) is added
+            // to the combined integer: the same exact int32 as starting plane 0 from -sum(q).
             const int zero[4] = {0, 0, 0, 0};
-            const int init[4] = {ns[nt][0], ns[nt][NJ - 1], ns[nt][0], ns[nt][NJ - 1]};
             int d0[4], d1[4], d2[4], d3[4];
-            pq2_mma_u8s8(d0, a0, bq[nt][0].x, bq[nt][0].y, init);
+            pq2_mma_u8s8(d0, a0, bq[nt][0].x, bq[nt][0].y, zero);
             pq2_mma_u8s8(d1, a1, bq[nt][1].x, bq[nt][1].y, zero);
             pq2_mma_u8s8(d2, a2, bq[nt][2].x, bq[nt][2].y, zero);
             pq2_mma_u8s8(d3, a3, bq[nt][3].x, bq[nt][3].y, zero);
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
                 if (TOKS == 1 && (j & 1)) continue;  // m == 1: column 2tq only
-                const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j];
+                const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j] + ns[nt][NJ == 1 ? 0 : (j & 1)] * 64;
                 const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][NJ == 1 ? 0 : (j & 1)];
                 acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
             }
@@ -554,14 +555,14 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 1, 2)   \
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)  \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
-// The persistent register kernels (config blocks > 0): tiles, the same combinations less two
-// that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m<=8 stages 2).
+// The persistent register kernels (config blocks > 0): tiles, the same combinations less three
+// that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m=1 stages 1; rt 4 U 1 m<=8 stages 2).
 #define PQ2_PERSIST_INSTANCES(X)                                                                     \
     PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 2) \
     X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1) X(PQ2_LAYOUT_TILES, 1, 4, 1, 2)  \
     X(PQ2_LAYOUT_TILES, 1, 4, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1)                   \
-    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 1, 1)                  \
-    X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
+    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 8, 1)                  \
+    X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
 
 // The ring kernels (stages >= 3): RT x U (units per slot) x TOKS, slots of at most 4 sub-tiles;
 // rt 4 serves m <= 8 (spills at 16).
@@ -571,10 +572,11 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     PQ2_RING_TOKS(X, 2, 2) X(4, 1, 1) X(4, 1, 8)
 
 // The split register kernels (config splits > 1): tiles rt 2 and planes rt 1-2 (the layouts'
-// usual row blocks), the register kernels' combinations less planes rt 2 U 1 m > 8 stages 2
-// (spills).
+// usual row blocks), the register kernels' combinations less planes rt 2 U 1 m > 8 stages 2 and
+// tiles rt 2 U 1 m <= 8 stages 1 (spill).
 #define PQ2_SPLIT_INSTANCES(X)                                                                           \
-    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2)       \
+    X(PQ2_LAYOUT_TILES, 2, 1, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 1, 2)     \
+    X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2)                      \
     X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                      \
     PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)   \
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 1, 2)   \
