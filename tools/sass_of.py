@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
-"""SASS of selected kernel instances of a built libpq2, with an opcode histogram per function.
+"""SASS of selected kernel instances, with an opcode histogram per function and, with --loops,
+the size and histogram of each hot loop (a backward branch whose body holds an IMMA).
 
-Needs cuobjdump (the GPU machine's CUDA toolkit). Instances are named as tools/ptxas_report.py
-prints them, e.g. "rowblock_kernel<2, 2, 1, 1, 1, false>":
+Works without a GPU: give a built libpq2 or a native/src/cuda/*.cu file (compiled here for
+sm_90a to a cubin). Needs cuobjdump: the CUDA toolkit's, or the one in the pip wheel
+nvidia-cuda-cuobjdump (`pip download nvidia-cuda-cuobjdump --no-deps`, unzip, then point
+$CUOBJDUMP at nvidia/cu13/bin/cuobjdump). Instances are named as tools/ptxas_report.py prints
+them, e.g. "rowblock_kernel<2, 2, 1, 1, 1, 0>":
 
-    python3 tools/sass_of.py build/gpu/libpq2.so "rowblock_kernel<2, 2, 1, 1, 1, false>" > sass.txt
+    python3 tools/sass_of.py build/gpu/libpq2.so "rowblock_kernel<2, 2, 1, 1, 1, 0>" > sass.txt
+    python3 tools/sass_of.py --loops native/src/cuda/decode_rowblock.cu "rowblock_kernel<2, 2, 1, 1, 1, 0>"
 """
 from __future__ import annotations
 
 import collections
+import os
 import re
 import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
-from ptxas_report import demangle
+from ptxas_report import ROOT, demangle
 
 
 def functions(sass: str):
@@ -23,24 +31,60 @@ def functions(sass: str):
         yield parts[i], parts[i + 1]
 
 
+def opcode(text: str):
+    m = re.match(r"(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", text)
+    return m.group(1) if m else "?"
+
+
+def instructions(text: str):
+    """(address, instruction text) of a function's SASS."""
+    return [(int(m.group(1), 16), m.group(2).strip())
+            for m in re.finditer(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", text)]
+
+
+def hot_loops(ins):
+    """Bodies of the backward-branch loops that hold an IMMA (innermost first by address)."""
+    for addr, text in ins:
+        m = re.search(r"BRA (0x[0-9a-f]+)", text)
+        if m and int(m.group(1), 16) < addr:
+            body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
+            if any(opcode(t) == "IMMA" for t in body):
+                yield body
+
+
+def sass_text(target: str) -> str:
+    tool = os.environ.get("CUOBJDUMP", "cuobjdump")
+    if target.endswith(".cu"):
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin = str(Path(tmp) / "k.cubin")
+            subprocess.run(["nvcc", "-std=c++17", "-O3", "-arch=sm_90a", "-cubin", f"-I{ROOT / 'native/include'}",
+                            f"-I{ROOT / 'native/src'}", "-o", cubin, target], check=True)
+            return subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([tool, "-sass", target], capture_output=True, text=True, check=True).stdout
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    loops_only = "--loops" in argv
+    argv = [a for a in argv if a != "--loops"]
     if len(argv) < 2:
         print(__doc__, file=sys.stderr)
         return 2
-    lib, wanted = argv[0], {w.replace(" ", "") for w in argv[1:]}
-    sass = subprocess.run(["cuobjdump", "-sass", lib], capture_output=True, text=True, check=True).stdout
+    target, wanted = argv[0], {w.replace(" ", "") for w in argv[1:]}
     found = set()
-    for name, text in functions(sass):
+    for name, text in functions(sass_text(target)):
         pretty = demangle(name).replace(" ", "")
         if pretty not in wanted:
             continue
         found.add(pretty)
-        ops = collections.Counter()
-        for line in text.splitlines():
-            m = re.match(r"\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)(\.[\w.]+)?", line)
-            if m:
-                ops[m.group(1)] += 1
+        ins = instructions(text)
+        if loops_only:
+            for body in hot_loops(ins):
+                ops = collections.Counter(opcode(t) for t in body)
+                print(f"{pretty}: loop of {len(body)} instructions: "
+                      + ", ".join(f"{k} {v}" for k, v in ops.most_common()))
+            continue
+        ops = collections.Counter(opcode(t) for _, t in ins)
         print(f"==== {pretty}: {sum(ops.values())} instructions")
         print("  " + ", ".join(f"{k} {v}" for k, v in ops.most_common()))
         print(text)
