@@ -2,7 +2,7 @@
 // kernels are measured against, per call size, without any decode arithmetic.
 //
 // Standalone (no libpq2): nvcc -O3 -arch=sm_90a -o probe_stream tools/probe_stream.cu
-//   ./probe_stream [--tiles] [--json FILE]
+//   ./probe_stream [--tiles | --compute] [--json FILE]
 //
 // For each decode shape's byte count (TARGETS.md) it times pure-read kernels as CUDA-graph
 // replays over rotating copies (>= 4 copies and >= 256 MB, like tools/bench_decode.py), each
@@ -22,6 +22,9 @@
 // (one block per row block, warps splitting its units, U units of 16-byte code loads plus the
 // scale words per batch), with the scales apart (the layout), inline, or absent, per shape as
 // independent and as dependent calls, and in the dependent 257-call pass (bench/NOTES.md v9).
+// --compute (only this section): that dependent read with C integer instructions of work per
+// 1 KB unit between a warp's loads, U 1/2/4 or next-loads-first, uncapped and at most 32 warps
+// per SM (bench/NOTES.md v9-compute).
 #include <cuda_runtime.h>
 
 #include <algorithm>
