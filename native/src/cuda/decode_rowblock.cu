@@ -424,7 +424,25 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     for (;;) {
         float acc[RT][NT][4];
         zero_acc(acc);
-        if constexpr (STAGES == 1) {
+        if constexpr (STAGES == 1 && LAYOUT == PQ2_LAYOUT_TILES && TOKS == 1 &&
+                      (GRID == kGridRows || (GRID == kGridPersist && U > 1))) {
+            // m == 1: running pointers (src's weights and the three activation streams advance
+            // one batch per iteration; src is rebuilt for a persistent grid's next row block),
+            // batch 0 already loaded, each later batch loaded right after the previous compute:
+            // 112 -> 105 instructions per unit (tiles rt 2 U 1), 106 -> 85 registers at U 4.
+            // Not for the split and the persistent U 1 kernels: ptxas gives those more registers
+            // (bench/NOTES.md v9f).
+            act_ptrs<NT, NJ> a = act_setup<NT, NJ>(p, G, lane);
+            a.q[0] += g_begin * 128, a.xs[0][0] += g_begin, a.sums[0][0] += g_begin;
+            for (int i = 0;;) {
+                compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, acc);
+                i += U;
+                if (i >= len) break;
+                src.codes += U * RT * 512, src.scales += U * RT * 8;
+                a.q[0] += U * 128, a.xs[0][0] += U, a.sums[0][0] += U;
+                src.load(b0, 0, min(len - i, U));
+            }
+        } else if constexpr (STAGES == 1) {
             for (int i = 0; i < len; i += U) {
                 if (i > 0) src.load(b0, i, min(len - i, U));
                 compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
