@@ -424,14 +424,13 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     for (;;) {
         float acc[RT][NT][4];
         zero_acc(acc);
-        if constexpr (STAGES == 1 && LAYOUT == PQ2_LAYOUT_TILES && TOKS == 1 &&
-                      (GRID == kGridRows || (GRID == kGridPersist && U > 1))) {
-            // m == 1: running pointers (src's weights and the three activation streams advance
-            // one batch per iteration; src is rebuilt for a persistent grid's next row block),
-            // batch 0 already loaded, each later batch loaded right after the previous compute:
-            // 112 -> 105 instructions per unit (tiles rt 2 U 1), 106 -> 85 registers at U 4.
-            // Not for the split and the persistent U 1 kernels: ptxas gives those more registers
-            // (bench/NOTES.md v9f).
+        if constexpr (STAGES == 1 && LAYOUT == PQ2_LAYOUT_TILES && TOKS == 1 && U > 1 && GRID != kGridSplit) {
+            // m == 1, batches of 2-4 units: running pointers (src's weights and the three
+            // activation streams advance one batch per iteration; src is rebuilt for a persistent
+            // grid's next row block), batch 0 already loaded, each later batch loaded right after
+            // the previous compute: fewer instructions, and 106 -> 85 registers at U 4. Not at
+            // U 1, where ptxas then hoists the next unit's first load into this unit's compute
+            // and the kernel gets slower, nor for split grids (more registers; NOTES v9f).
             act_ptrs<NT, NJ> a = act_setup<NT, NJ>(p, G, lane);
             a.q[0] += g_begin * 128, a.xs[0][0] += g_begin, a.sums[0][0] += g_begin;
             for (int i = 0;;) {
