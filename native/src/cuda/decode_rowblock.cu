@@ -45,6 +45,12 @@ __device__ __forceinline__ uint4 ld_stream16(const uint8_t *p)
                  : "l"(p));
     return v;
 }
+__device__ __forceinline__ uint2 ld_stream8(const uint8_t *p)
+{
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
+    return v;
+}
 __device__ __forceinline__ uint32_t ld_stream4(const uint32_t *p)
 {
     uint32_t v;
@@ -152,13 +158,6 @@ struct weight_src<PQ2_LAYOUT_TILES, RT, U> {
     }
 };
 
-__device__ __forceinline__ uint2 ld_stream8(const uint8_t *p)
-{
-    uint2 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "l"(p));
-    return v;
-}
-
 template <int RT, int U>
 struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
     const uint8_t *codes[RT][2];    // rows gid, gid+8 of sub-tile r, + g_begin*32 + tq*8
@@ -200,6 +199,27 @@ struct act_ptrs {
     const int32_t *sums[NT][NJ];
 };
 
+// The A fragments of the four planes of a lane's 16 code bytes of one sub-tile: a[s] holds
+// {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7} of plane s, masked in place
+// (pq2_plane: code * 4^s) or moved to the top two bits of each byte (TOP, pq2_plane_top: code * 64).
+template <bool TOP, int S>
+__device__ __forceinline__ uint32_t plane_of(uint32_t v)
+{
+    if constexpr (TOP)
+        return pq2_plane_top<S>(v);
+    else
+        return pq2_plane<S>(v);
+}
+
+template <bool TOP>
+__device__ __forceinline__ void plane_fragments(const uint4 &w, uint32_t (&a)[4][4])
+{
+    a[0][0] = plane_of<TOP, 0>(w.x), a[0][1] = plane_of<TOP, 0>(w.z), a[0][2] = plane_of<TOP, 0>(w.y), a[0][3] = plane_of<TOP, 0>(w.w);
+    a[1][0] = plane_of<TOP, 1>(w.x), a[1][1] = plane_of<TOP, 1>(w.z), a[1][2] = plane_of<TOP, 1>(w.y), a[1][3] = plane_of<TOP, 1>(w.w);
+    a[2][0] = plane_of<TOP, 2>(w.x), a[2][1] = plane_of<TOP, 2>(w.z), a[2][2] = plane_of<TOP, 2>(w.y), a[2][3] = plane_of<TOP, 2>(w.w);
+    a[3][0] = plane_of<TOP, 3>(w.x), a[3][1] = plane_of<TOP, 3>(w.z), a[3][2] = plane_of<TOP, 3>(w.y), a[3][3] = plane_of<TOP, 3>(w.w);
+}
+
 // Accumulates one unit (group g; the lane's code bytes w[r] and scale words sc[r] of its RT
 // sub-tiles) into acc.
 template <int RT, int NT, int TOKS>
@@ -223,53 +243,47 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 #pragma unroll
     for (int r = 0; r < RT; ++r) {
         const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
+        uint32_t a[4][4];
+        plane_fragments<NT == 2>(w[r], a);
         if constexpr (NT == 2) {
             // m > 8: two token blocks share each A fragment. The planes are moved to the top two
             // bits of every byte (code * 64 for all four: one shift + one mask each), so one
             // accumulator chains the four MMAs, started from -64 * sum(q), and holds
             // 64 * dot(code - 1, q) directly: 12 shifts per sub-tile instead of 3 shift-adds
             // on each of 8 live C registers. The integer is the same as below.
-            const uint32_t a0[4] = {pq2_plane_top<0>(w[r].x), pq2_plane_top<0>(w[r].z), pq2_plane_top<0>(w[r].y), pq2_plane_top<0>(w[r].w)};
-            const uint32_t a1[4] = {pq2_plane_top<1>(w[r].x), pq2_plane_top<1>(w[r].z), pq2_plane_top<1>(w[r].y), pq2_plane_top<1>(w[r].w)};
-            const uint32_t a2[4] = {pq2_plane_top<2>(w[r].x), pq2_plane_top<2>(w[r].z), pq2_plane_top<2>(w[r].y), pq2_plane_top<2>(w[r].w)};
-            const uint32_t a3[4] = {pq2_plane_top<3>(w[r].x), pq2_plane_top<3>(w[r].z), pq2_plane_top<3>(w[r].y), pq2_plane_top<3>(w[r].w)};
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 const int init[4] = {ns[nt][0] * 64, ns[nt][NJ - 1] * 64, ns[nt][0] * 64, ns[nt][NJ - 1] * 64};
                 int d[4];
-                pq2_mma_u8s8(d, a0, bq[nt][0].x, bq[nt][0].y, init);
-                pq2_mma_u8s8(d, a1, bq[nt][1].x, bq[nt][1].y, d);
-                pq2_mma_u8s8(d, a2, bq[nt][2].x, bq[nt][2].y, d);
-                pq2_mma_u8s8(d, a3, bq[nt][3].x, bq[nt][3].y, d);
+                pq2_mma_u8s8(d, a[0], bq[nt][0].x, bq[nt][0].y, init);
+                pq2_mma_u8s8(d, a[1], bq[nt][1].x, bq[nt][1].y, d);
+                pq2_mma_u8s8(d, a[2], bq[nt][2].x, bq[nt][2].y, d);
+                pq2_mma_u8s8(d, a[3], bq[nt][3].x, bq[nt][3].y, d);
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
                     const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][j & 1];
                     acc[r][nt][j] = fmaf((float)d[j], scale, acc[r][nt][j]);
                 }
             }
-            continue;
-        }
-        // A fragment registers: {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7}.
-        const uint32_t a0[4] = {pq2_plane<0>(w[r].x), pq2_plane<0>(w[r].z), pq2_plane<0>(w[r].y), pq2_plane<0>(w[r].w)};
-        const uint32_t a1[4] = {pq2_plane<1>(w[r].x), pq2_plane<1>(w[r].z), pq2_plane<1>(w[r].y), pq2_plane<1>(w[r].w)};
-        const uint32_t a2[4] = {pq2_plane<2>(w[r].x), pq2_plane<2>(w[r].z), pq2_plane<2>(w[r].y), pq2_plane<2>(w[r].w)};
-        const uint32_t a3[4] = {pq2_plane<3>(w[r].x), pq2_plane<3>(w[r].z), pq2_plane<3>(w[r].y), pq2_plane<3>(w[r].w)};
+        } else {
 #pragma unroll
-        for (int nt = 0; nt < NT; ++nt) {
-            // All four MMAs start from zero (no C registers to fill), and -64 * sum(q) is added
-            // to the combined integer: the same exact int32 as starting plane 0 from -sum(q).
-            const int zero[4] = {0, 0, 0, 0};
-            int d0[4], d1[4], d2[4], d3[4];
-            pq2_mma_u8s8(d0, a0, bq[nt][0].x, bq[nt][0].y, zero);
-            pq2_mma_u8s8(d1, a1, bq[nt][1].x, bq[nt][1].y, zero);
-            pq2_mma_u8s8(d2, a2, bq[nt][2].x, bq[nt][2].y, zero);
-            pq2_mma_u8s8(d3, a3, bq[nt][3].x, bq[nt][3].y, zero);
+            for (int nt = 0; nt < NT; ++nt) {
+                // All four MMAs start from zero (no C registers to fill), and -64 * sum(q) is
+                // added to the combined integer: the same exact int32 as starting plane 0 from
+                // -sum(q).
+                const int zero[4] = {0, 0, 0, 0};
+                int d0[4], d1[4], d2[4], d3[4];
+                pq2_mma_u8s8(d0, a[0], bq[nt][0].x, bq[nt][0].y, zero);
+                pq2_mma_u8s8(d1, a[1], bq[nt][1].x, bq[nt][1].y, zero);
+                pq2_mma_u8s8(d2, a[2], bq[nt][2].x, bq[nt][2].y, zero);
+                pq2_mma_u8s8(d3, a[3], bq[nt][3].x, bq[nt][3].y, zero);
 #pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                if (TOKS == 1 && (j & 1)) continue;  // m == 1: column 2tq only
-                const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j] + ns[nt][NJ == 1 ? 0 : (j & 1)] * 64;
-                const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][NJ == 1 ? 0 : (j & 1)];
-                acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
+                for (int j = 0; j < 4; ++j) {
+                    if (TOKS == 1 && (j & 1)) continue;  // m == 1: column 2tq only
+                    const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j] + ns[nt][NJ == 1 ? 0 : (j & 1)] * 64;
+                    const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][NJ == 1 ? 0 : (j & 1)];
+                    acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
+                }
             }
         }
     }
