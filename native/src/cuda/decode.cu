@@ -298,18 +298,14 @@ __device__ __forceinline__ void arrive_split(const pq2_decode_problem &p, const 
     if (!last) return;
     __threadfence();
     const bool first_inside = range_begin(w_first, sp) >= tile_begin;
-    for (int e = lane; e < p.m * TR; e += 32) {
-        const int tok = e / TR, rit = e % TR;
-        const int64_t row = (int64_t)rb * TR + rit;
-        float v = 0.0f;
-        // Fixed order: warp index. Only the first contributor can have begun before the row
-        // block (then it is that warp's last segment, slot 2w+1); every later one begins inside.
-        for (int32_t cw = w_first; cw <= w_last; ++cw) {
-            const int32_t cslot = cw == w_first && !first_inside ? 2 * cw + 1 : 2 * cw;
-            v += __ldcg(p.partial + ((size_t)cslot * p.m + tok) * TR + rit);
-        }
-        if (row < p.n) pq2_store_from_f32(p.y, (size_t)tok * p.n + row, p.y_dtype, v);
-    }
+    // Fixed order: warp index. Only the first contributor can have begun before the row block
+    // (then it is that warp's last segment, slot 2w+1); every later one begins inside.
+    const auto slot = [&](int i) {
+        const int32_t cw = w_first + i;
+        const int32_t cslot = cw == w_first && !first_inside ? 2 * cw + 1 : 2 * cw;
+        return p.partial + (size_t)cslot * p.m * TR;
+    };
+    pq2_store_partial_sums(p, rb, TR, w_last - w_first + 1, slot, lane, 32);
     if (lane == 0) p.counters[rb] = 0;
 }
 

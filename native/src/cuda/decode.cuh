@@ -31,6 +31,23 @@ static inline size_t pq2_decode_counters(const pq2_decode_config &cfg, int64_t n
     return needed ? (size_t)pq2_decode_row_blocks(n, cfg.rt) : 0;
 }
 
+// The last contributor to a split row block rb (rows of tr = 16*rt): adds the partial sums of its
+// `count` contributors in contributor order (deterministic whoever arrives last) and stores
+// them. slot(i) points at contributor i's partials, [m][tr] fp32, written by other blocks (read
+// with __ldcg, past L1). Thread t of nthreads takes outputs t, t + nthreads, ...
+template <class SLOT>
+__device__ __forceinline__ void pq2_store_partial_sums(const pq2_decode_problem &p, int64_t rb, int tr, int count,
+                                                       SLOT slot, int t, int nthreads)
+{
+    for (int e = t; e < p.m * tr; e += nthreads) {
+        const int tok = e / tr, row = e % tr;
+        const int64_t n_row = rb * tr + row;
+        float v = 0.0f;
+        for (int i = 0; i < count; ++i) v += __ldcg(slot(i) + e);
+        if (n_row < p.n) pq2_store_from_f32(p.y, (size_t)tok * p.n + n_row, p.y_dtype, v);
+    }
+}
+
 // One-time per device: lets every decode kernel use up to max_smem_optin bytes of shared memory.
 pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin);
 

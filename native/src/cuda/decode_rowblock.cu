@@ -378,14 +378,8 @@ __device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float 
     __syncthreads();
     if (!last) return;
     __threadfence();
-    for (int e = threadIdx.x; e < outputs; e += blockDim.x) {
-        const int tok = e / TR, row = e - tok * TR;
-        const int64_t n_row = (int64_t)rb * TR + row;
-        if (n_row >= p.n) continue;
-        float v = 0.0f;
-        for (int sp = 0; sp < p.splits; ++sp) v += __ldcg(part + (size_t)sp * outputs + e);
-        pq2_store_from_f32(p.y, (size_t)tok * p.n + n_row, p.y_dtype, v);
-    }
+    pq2_store_partial_sums(p, rb, TR, p.splits, [&](int i) { return part + (size_t)i * outputs; }, threadIdx.x,
+                           blockDim.x);
     if (threadIdx.x == 0) p.counters[rb] = 0;  // ready for the next call (the quantiser also clears it)
 }
 
