@@ -153,13 +153,6 @@ __global__ void gridstride(const uint8_t *base, size_t total_vecs, uint32_t *out
 }
 
 
-// The row-block decode kernels' exact access pattern on a tiles rt-2 layout (one block per row
-// block, warp w of W taking units [w*G/W, (w+1)*G/W), U units per register batch, load then
-// use), with the fp16 scales where the layout puts them: SC 0 codes only (1024 B per unit), 1 a
-// separate scale region after all codes (the tiles layout of FORMATS v1: 64 B per unit there),
-// 2 interleaved (each unit's 64 scale bytes right after its 1024 code bytes). Each lane loads its
-// 16 code bytes of both sub-tiles and, as the kernels do, the scale word of row gid of each.
-// Dependent calls: first batch, then wait (what the decode kernels do).
 __device__ __forceinline__ uint32_t ld4(const uint8_t *p)
 {
     uint32_t v;
@@ -167,56 +160,27 @@ __device__ __forceinline__ uint32_t ld4(const uint8_t *p)
     return v;
 }
 
-template <int U, int SC>
-__global__ void tiles_access(const uint8_t *base, int groups, size_t units, int dep, uint32_t *out)
+// --tiles and --compute: the row-block decode kernels' exact access pattern on a tiles rt-2
+// layout (one block per row block, warp w of W taking units [w*G/W, (w+1)*G/W), U units per
+// register batch, load then use), with the fp16 scales where the layout puts them: SC 0 codes
+// only (1024 B per unit), 1 a separate scale region after all codes (the tiles layout of FORMATS
+// v1: 64 B per unit there), 2 interleaved (each unit's 64 scale bytes right after its 1024 code
+// bytes). Each lane loads its 16 code bytes of both sub-tiles and, as the kernels do, the scale
+// word of row gid of each. dep: wait for the previous grid after the first batch (what the
+// decode kernels do), else only before the final store. C: integer instructions of work per
+// unit between a warp's loads (four independent IMAD chains over the loaded words: the decode
+// loop does ~116 instructions per unit, ~74 of them on the integer pipe). PIPE 1: the next
+// unit's loads are issued before this unit's work (two register sets, U = 1).
+template <int U, int SC, int C, int PIPE>
+__global__ void tiles_read(const uint8_t *base, int groups, size_t units, int dep, uint32_t *out)
 {
     pdl_launch();
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, gid = lane >> 2;
     const int g0 = warp * groups / warps, g1 = (warp + 1) * groups / warps;
     const size_t unit0 = (size_t)blockIdx.x * groups;
-    constexpr int kUnit = SC == 2 ? 1088 : 1024;
+    constexpr int kUnit = SC == 2 ? 1088 : 1024, kScaleStride = SC == 2 ? 1088 : 64;
     const uint8_t *codes = base + unit0 * kUnit + lane * 16;
-    const uint8_t *scales = SC == 2 ? codes - lane * 16 + 1024 + gid * 4 : base + units * 1024 + unit0 * 64 + gid * 4;
-    uint32_t acc = 0;
-    bool waited = false;
-    for (int g = g0; g < g1; g += U) {
-        uint4 w[U][2];
-        uint32_t sc[U][2];
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int r = 0; r < 2; ++r)
-                if (g + u < g1) {
-                    w[u][r] = ld16(codes + (size_t)(g + u) * kUnit + r * 512);
-                    sc[u][r] = SC ? ld4(scales + (size_t)(g + u) * (SC == 2 ? 1088 : 64) + r * 32) : 0u;
-                } else {
-                    w[u][r] = make_uint4(0, 0, 0, 0), sc[u][r] = 0;
-                }
-        if (dep && !waited) pdl_wait(), waited = true;
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int r = 0; r < 2; ++r) acc ^= w[u][r].x ^ w[u][r].y ^ w[u][r].z ^ w[u][r].w ^ sc[u][r];
-    }
-    if (!waited) pdl_wait();
-    if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;
-}
-
-
-// --compute: tiles_access (scales apart, dependent) with C integer instructions of work per unit
-// between a warp's loads (four independent IMAD chains over the loaded words: the decode loop
-// does ~116 instructions per unit, ~74 of them on the integer pipe), U units per register batch,
-// either load-then-compute (PIPE 0, the decode loop at stages 1) or with the next batch's loads
-// issued before this batch's compute (PIPE 1, two register sets, U = 1).
-template <int C, int PIPE, int U>
-__global__ void tiles_compute(const uint8_t *base, int groups, size_t units, uint32_t *out)
-{
-    pdl_launch();
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5, gid = lane >> 2;
-    const int g0 = warp * groups / warps, g1 = (warp + 1) * groups / warps;
-    const size_t unit0 = (size_t)blockIdx.x * groups;
-    const uint8_t *codes = base + unit0 * 1024 + lane * 16;
-    const uint8_t *scales = base + units * 1024 + unit0 * 64 + gid * 4;
+    const uint8_t *scales = SC == 2 ? base + unit0 * 1088 + 1024 + gid * 4 : base + units * 1024 + unit0 * 64 + gid * 4;
     uint32_t a0 = lane, a1 = lane + 1, a2 = lane + 2, a3 = lane + 3;
     constexpr int SLOTS = PIPE ? 2 : U;
     uint4 w[SLOTS][2];
@@ -224,11 +188,11 @@ __global__ void tiles_compute(const uint8_t *base, int groups, size_t units, uin
     auto load = [&](int slot, int g) {
 #pragma unroll
         for (int r = 0; r < 2; ++r) {
-            w[slot][r] = ld16(codes + (size_t)g * 1024 + r * 512);
-            sc[slot][r] = ld4(scales + (size_t)g * 64 + r * 32);
+            w[slot][r] = ld16(codes + (size_t)g * kUnit + r * 512);
+            sc[slot][r] = SC ? ld4(scales + (size_t)g * kScaleStride + r * 32) : 0u;
         }
     };
-    auto work = [&](int slot) {
+    auto work = [&](int slot) {  // every loaded word reaches the result
 #pragma unroll
         for (int c = 0; c < C / 4; ++c) {
             const uint4 v = w[slot][c & 1];
@@ -242,10 +206,14 @@ __global__ void tiles_compute(const uint8_t *base, int groups, size_t units, uin
         a2 ^= w[slot][0].z ^ w[slot][1].w;
         a3 ^= w[slot][0].w ^ w[slot][1].z;
     };
+    bool waited = false;
+    auto wait_once = [&] {
+        if (!waited) pdl_wait(), waited = true;
+    };
     if (PIPE) {
         if (g0 < g1) load(0, g0);
         if (g0 + 1 < g1) load(1, g0 + 1);
-        pdl_wait();
+        if (dep) wait_once();
         for (int g = g0; g < g1; ++g) {
             // slot (g - g0) & 1 holds unit g; refill it with unit g + 2 after use
             if (((g - g0) & 1) == 0) {
@@ -261,13 +229,13 @@ __global__ void tiles_compute(const uint8_t *base, int groups, size_t units, uin
 #pragma unroll
             for (int u = 0; u < U; ++u)
                 if (g + u < g1) load(u, g + u);
-            if (g == g0) pdl_wait();
+            if (dep) wait_once();
 #pragma unroll
             for (int u = 0; u < U; ++u)
                 if (g + u < g1) work(u);
         }
-        if (g0 >= g1) pdl_wait();
     }
+    wait_once();
     const uint32_t acc = a0 ^ a1 ^ a2 ^ a3;
     if (acc == 0x9e3779b9u) out[threadIdx.x] = acc;
 }
@@ -299,8 +267,8 @@ struct variant {
     int dep = 0;                // chunked: 0 independent calls, 1 wait first, 2 first loads then wait,
                                 // 3 L2 prefetch of the range + first loads, then wait; tiles: 0 or 2
     int sc = 0;                 // tiles: scales 0 none, 1 separate region, 2 interleaved
-    int compute = -1, pipe = 0; // tiles: >= 0 runs tiles_compute<compute, pipe> (U 1, scales apart)
-    int cap = 0;                // tiles_compute: at most this many warps per SM (shared memory padding), 0 = none
+    int compute = 0, pipe = 0;  // tiles: tiles_read's C and PIPE
+    int cap = 0;                // tiles: at most this many warps per SM (shared memory padding), 0 = none
 };
 
 int g_sms = 0;
@@ -340,35 +308,40 @@ struct call {
     int groups = 0;
 };
 
+std::string vname(const variant &v);
+
 void launch(const variant &v, const call &c, cudaStream_t s)
 {
     const uint8_t *base = c.base;
     const size_t bytes = c.bytes, chunk = c.chunk;
     const size_t vecs = bytes / 16;
-    if (v.kd == TILES && v.compute >= 0) {
-        const size_t units = bytes / 1088;
-        pdl_config l{dim3((unsigned)(units / c.groups)), dim3(v.warps * 32), s};
-        if (v.cap) l.cfg.dynamicSmemBytes = (size_t)(200 * 1024) / (v.cap / v.warps);  // cap/warps blocks per SM
-#define PROBE_COMPUTE_K(CC, PP, UU)                                                                          \
-    if (v.compute == CC && v.pipe == PP && v.unroll == UU) {                                                  \
-        if (v.cap)                                                                                            \
-            CK(cudaFuncSetAttribute(tiles_compute<CC COMMA PP COMMA UU>, cudaFuncAttributeMaxDynamicSharedMemorySize, \
-                                    200 * 1024));                                                             \
-        CK(cudaLaunchKernelEx(&l.cfg, tiles_compute<CC COMMA PP COMMA UU>, base, c.groups, units, g_out));   \
-    }
-#define PROBE_COMPUTE(CC) \
-    PROBE_COMPUTE_K(CC, 0, 1) PROBE_COMPUTE_K(CC, 1, 1) PROBE_COMPUTE_K(CC, 0, 2) PROBE_COMPUTE_K(CC, 0, 4)
-        PROBE_COMPUTE(0) PROBE_COMPUTE(64) PROBE_COMPUTE(128) PROBE_COMPUTE(192)
-#undef PROBE_COMPUTE_K
-#undef PROBE_COMPUTE
-        return;
-    }
     if (v.kd == TILES) {
         const size_t units = bytes / (v.sc ? 1088 : 1024);
         pdl_config l{dim3((unsigned)(units / c.groups)), dim3(v.warps * 32), s};
-        if (v.sc == 0) PROBE_BY_UNROLL(tiles_access, COMMA 0, base, c.groups, units, v.dep, g_out)
-        if (v.sc == 1) PROBE_BY_UNROLL(tiles_access, COMMA 1, base, c.groups, units, v.dep, g_out)
-        if (v.sc == 2) PROBE_BY_UNROLL(tiles_access, COMMA 2, base, c.groups, units, v.dep, g_out)
+        if (v.cap) l.cfg.dynamicSmemBytes = (size_t)(200 * 1024) / (v.cap / v.warps);  // cap/warps blocks per SM
+        bool launched = false;
+        // The instances the --tiles and --compute sections use.
+#define PROBE_TILES(UU, SS, CC, PP)                                                                          \
+    if (!launched && v.unroll == UU && v.sc == SS && v.compute == CC && v.pipe == PP) {                       \
+        if (v.cap)                                                                                            \
+            CK(cudaFuncSetAttribute(tiles_read<UU COMMA SS COMMA CC COMMA PP>,                                \
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize, 200 * 1024));                \
+        CK(cudaLaunchKernelEx(&l.cfg, tiles_read<UU COMMA SS COMMA CC COMMA PP>, base, c.groups, units, v.dep, g_out)); \
+        launched = true;                                                                                      \
+    }
+#define PROBE_TILES_SC(UU) PROBE_TILES(UU, 0, 0, 0) PROBE_TILES(UU, 1, 0, 0) PROBE_TILES(UU, 2, 0, 0)
+#define PROBE_TILES_C(CC) \
+    PROBE_TILES(1, 1, CC, 1) PROBE_TILES(2, 1, CC, 0) PROBE_TILES(4, 1, CC, 0)
+        PROBE_TILES_SC(1) PROBE_TILES_SC(2) PROBE_TILES_SC(4) PROBE_TILES_SC(8)
+        PROBE_TILES(1, 1, 64, 0) PROBE_TILES(1, 1, 128, 0) PROBE_TILES(1, 1, 192, 0)
+        PROBE_TILES_C(0) PROBE_TILES_C(64) PROBE_TILES_C(128) PROBE_TILES_C(192)
+#undef PROBE_TILES_C
+#undef PROBE_TILES_SC
+#undef PROBE_TILES
+        if (!launched) {
+            fprintf(stderr, "no tiles_read instance for %s\n", vname(v).c_str());
+            exit(1);
+        }
         return;
     }
     if (v.kd == CHUNKED) {
@@ -509,7 +482,7 @@ void tiles_section(uint8_t *base, const std::vector<size_t> &pass_bytes34, doubl
     if (jf) fprintf(jf, "\n]}\n");
 }
 
-// --compute: how the work between a warp's loads slows the dependent read (U 1, scales apart).
+// --compute: how the work between a warp's loads slows the dependent read (scales apart).
 void compute_section(uint8_t *base, double best_bw, FILE *jf)
 {
     if (jf) fprintf(jf, "{\"read_gbs\": %.1f, \"compute\": [\n", best_bw);
