@@ -161,12 +161,22 @@ def test_quantize_bit_exact(dtype, m, k):
 ALL_M = list(range(1, 17))
 
 
+def dtype_for(m):
+    """The activation and output dtype a test uses at m (the three in turn)."""
+    return [torch.bfloat16, torch.float16, torch.float32][m % 3]
+
+
+def toks_class(m):
+    """The kernels' token class of m (1, 8 or 16), which keys the per-class config lists."""
+    return 1 if m == 1 else 8 if m <= 8 else 16
+
+
 @pytest.mark.parametrize("layout,rt", [("tiles", 1), ("tiles", 2), ("tiles", 4), ("planes", 0)],
                          ids=["tiles1", "tiles2", "tiles4", "planes"])
 @pytest.mark.parametrize("shape", list(ODD_SHAPES.values()), ids=list(ODD_SHAPES))
 def test_odd_shapes_every_m(shape, layout, rt):
     for m in ALL_M:
-        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
+        dtype = dtype_for(m)
         check_matmul(shape, m, dtype, layout, rt, content="random", seed=m)
 
 
@@ -176,7 +186,7 @@ def test_model_shapes(name, layout, rt):
     """The dispatcher's own choice (the tuned table: tiles 2 and planes) at every M."""
     shape = MODEL_SHAPES[name]
     for m in ALL_M:
-        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
+        dtype = dtype_for(m)
         check_matmul(shape, m, dtype, layout, rt, seed=m)
 
 
@@ -194,8 +204,8 @@ def check_rowblock_every_m(shape, layout, layout_rt, by_toks, content="ternary",
     """Every M in ms with each row-block configuration of its token class (by_toks):
     (rt, warps, unroll, stages) or (rt, warps, unroll, stages, blocks)."""
     for m in ms:
-        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
-        for rt, warps, unroll, stages, *blocks in by_toks[1 if m == 1 else 8 if m <= 8 else 16]:
+        dtype = dtype_for(m)
+        for rt, warps, unroll, stages, *blocks in by_toks[toks_class(m)]:
             cfg = decode_config(rt, warps + warps_delta, unroll, stages, blocks[0] if blocks else 0, "rowblock")
             check_matmul(shape, m, dtype, layout, layout_rt, content=content, cfg=cfg, seed=m)
 
@@ -218,11 +228,11 @@ def check_split_every_m(shape, layout, layout_rt, by_toks, content):
     q8 path (its own counter clearing)."""
     codes, scales, w = weights(shape, content, layout, layout_rt)
     for m in ALL_M:
-        dtype = [torch.bfloat16, torch.float16, torch.float32][m % 3]
+        dtype = dtype_for(m)
         x = activations(m, shape[1], "normal", dtype, m)
         q8, xs, sums = quantize_q8(x)
         ref = q8_reference(codes, scales, q8, xs, sums)
-        for rt, warps, unroll, stages, blocks, splits in by_toks[1 if m == 1 else 8 if m <= 8 else 16]:
+        for rt, warps, unroll, stages, blocks, splits in by_toks[toks_class(m)]:
             cfg = decode_config(rt, warps, unroll, stages, blocks, "rowblock", splits)
             work = w.workspace(m, cfg)
             work.fill_(0xAB)
