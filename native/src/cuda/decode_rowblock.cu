@@ -439,7 +439,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             // the previous compute: fewer instructions, and 106 -> 85 registers at U 4. Not at
             // U 1, where ptxas then hoists the next unit's first load into this unit's compute
             // and the kernel gets slower, nor for split grids (more registers; NOTES v9f).
-            act_ptrs<NT, NJ> a = act_setup<NT, NJ>(p, G, lane);
+            act_ptrs<NT, NJ> a = A;
             a.q[0] += g_begin * 128, a.xs[0][0] += g_begin, a.sums[0][0] += g_begin;
             for (int i = 0;;) {
                 compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, acc);
