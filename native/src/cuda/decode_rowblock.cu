@@ -181,11 +181,11 @@ struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
 #pragma unroll
             for (int r = 0; r < RT; ++r)
                 if (u < n) {
-                    const uint2 lo = ld_stream8(codes[r][0] + (i + u) * 32);
-                    const uint2 hi = ld_stream8(codes[r][1] + (i + u) * 32);
+                    const uint2 lo = ld_stream8(codes[r][0] + (unsigned)(i + u) * 32u);
+                    const uint2 hi = ld_stream8(codes[r][1] + (unsigned)(i + u) * 32u);
                     b.codes[u][r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
                     // Scales are 2 bytes per row and group: L1-cached, the next groups' share the sector.
-                    b.scales[u][r] = (uint32_t)__ldg(scales[r][0] + i + u) | ((uint32_t)__ldg(scales[r][1] + i + u) << 16);
+                    b.scales[u][r] = (uint32_t)__ldg(scales[r][0] + (unsigned)(i + u)) | ((uint32_t)__ldg(scales[r][1] + (unsigned)(i + u)) << 16);
                 }
     }
 };
@@ -197,6 +197,25 @@ struct act_ptrs {
     const int8_t *q[NT];       // + tq*8
     const float *xs[NT][NJ];   // [g]
     const int32_t *sums[NT][NJ];
+    int g0;  // group of unit index 0 relative to the pointers (act_setup)
+};
+
+// m == 1: the MMA operands a lane keeps in registers from unit to unit ("column planes", see
+// unit_mma). Lane (gid, tq) supplies B column gid, which carries activation plane gid >> 1, so
+// b[s] holds the lane's 8 bytes of plane s when gid >> 1 == s and stays 0 in the other lanes;
+// c is the first MMA's C: {-sum(q), 0, -sum(q), 0} in the lanes of plane-0 columns (tq == 0),
+// 0 elsewhere. Only the loads of a lane's own plane (and sum) execute; the zeros are never written.
+struct m1_operands {
+    uint2 b[4];
+    int c[4];
+    uint32_t bmask[4];  // ~0 where s == gid >> 1, else 0
+    int c_neg;          // -1 where tq == 0, else 0
+    __device__ explicit m1_operands(int lane)
+    {
+        c_neg = (lane & 3) == 0 ? -1 : 0;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) b[s] = make_uint2(0u, 0u), c[s] = 0, bmask[s] = (lane >> 3) == s ? ~0u : 0u;
+    }
 };
 
 // The A fragments of the four planes of a lane's 16 code bytes of one sub-tile: a[s] holds
@@ -224,9 +243,40 @@ __device__ __forceinline__ void plane_fragments(const uint4 &w, uint32_t (&a)[4]
 // sub-tiles) into acc.
 template <int RT, int NT, int TOKS>
 __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&sc)[RT], int g,
-                                         const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, float (&acc)[RT][NT][4])
+                                         const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, m1_operands &m1,
+                                         float (&acc)[RT][NT][4])
 {
     constexpr int NJ = TOKS == 1 ? 1 : 2;
+    if constexpr (TOKS != 1) g += A.g0;
+    if constexpr (TOKS == 1) {
+        // m == 1, column planes: the MMA's 8 columns would all carry the one token, so column
+        // pair {2s, 2s+1} carries activation plane s instead and the four plane MMAs chain into
+        // one accumulator without mixing: C column 2tq of lane tq ends as 4^tq * dot(plane tq)
+        // (plus -sum(q) in plane 0). No per-unit combine: the lane's float accumulator takes
+        // its plane's term, and reduce_store scales lane tq by 4^-tq and adds the four lanes
+        // (fixed order) once per row block.
+        const uint2 *q = reinterpret_cast<const uint2 *>(A.q[0] + (unsigned)g * 128u);  // plane gid >> 1 of group g
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+            if (m1.bmask[s]) m1.b[s] = __ldg(q);
+        const int ns = __ldg(A.sums[0][0] + (unsigned)g) * m1.c_neg;
+        const float xs = __ldg(A.xs[0][0] + (unsigned)g);
+#pragma unroll
+        for (int r = 0; r < RT; ++r) {
+            const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
+            uint32_t a[4][4];
+            plane_fragments<false>(w[r], a);
+            const int zero[4] = {0, 0, 0, 0};
+            int d[4];
+            pq2_mma_u8s8(d, a[0], m1.b[0].x, m1.b[0].y, zero);
+            pq2_mma_u8s8(d, a[1], m1.b[1].x, m1.b[1].y, d);
+            pq2_mma_u8s8(d, a[2], m1.b[2].x, m1.b[2].y, d);
+            pq2_mma_u8s8(d, a[3], m1.b[3].x, m1.b[3].y, d);
+            acc[r][0][0] = fmaf((float)(d[0] + ns), wf.x * xs, acc[r][0][0]);
+            acc[r][0][2] = fmaf((float)(d[2] + ns), wf.y * xs, acc[r][0][2]);
+        }
+        return;
+    }
     uint2 bq[NT][4];
     float xs[NT][NJ];
     int ns[NT][NJ];
@@ -292,13 +342,13 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 // Accumulates units [0, n) of batch b (groups g0, g0+1, ...) into acc.
 template <int RT, int U, int NT, int TOKS>
 __device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int n,
-                                              const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A,
+                                              const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, m1_operands &m1,
                                               float (&acc)[RT][NT][4])
 {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         if (u >= n) break;
-        unit_mma<RT, NT, TOKS>(b.codes[u], b.scales[u], g0 + u, A, acc);
+        unit_mma<RT, NT, TOKS>(b.codes[u], b.scales[u], g0 + u, A, m1, acc);
     }
 }
 
@@ -315,19 +365,26 @@ __device__ __forceinline__ warp_split split_of(int G, int warp, int warps)
     return w;
 }
 
+// The activation pointers of a lane for the warp's groups from g_begin; units index them from 0.
 template <int NT, int NJ>
-__device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &p, int G, int lane)
+__device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &p, int G, int g_begin, int lane)
 {
     const int gid = lane >> 2, tq = lane & 3;
     act_ptrs<NT, NJ> A;
+    // m == 1: the pointers start at g_begin (unsigned unit indices: one multiply-add per
+    // address). m > 1: at group 0, units add g0 = g_begin (measured: starting those at g_begin
+    // makes ptxas spill or take more registers in several m > 1 instances).
+    A.g0 = NJ == 1 ? 0 : g_begin;
+    if (NJ != 1) g_begin = 0;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-        A.q[nt] = p.q8 + (size_t)min(nt * 8 + gid, p.m - 1) * p.k + tq * 8;
+        A.q[nt] = p.q8 + (size_t)min(nt * 8 + gid, p.m - 1) * p.k + (size_t)g_begin * 128 + tq * 8;
+        if (NJ == 1) A.q[nt] += (gid >> 1) * 32;  // m == 1: the lane's own plane only (m1_operands)
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
             const int tok = min(nt * 8 + 2 * tq + j, p.m - 1);
-            A.xs[nt][j] = p.xs + (size_t)tok * G;
-            A.sums[nt][j] = p.sums + (size_t)tok * G;
+            A.xs[nt][j] = p.xs + (size_t)tok * G + g_begin;
+            A.sums[nt][j] = p.sums + (size_t)tok * G + g_begin;
         }
     }
     return A;
@@ -340,8 +397,30 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &
 // order (deterministic whichever block is last) and stores them.
 template <int RT, int NT, int TOKS, bool SPLIT>
 __device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float *red, int rb, int split, int warp,
-                                             int warps, int lane, const float (&acc)[RT][NT][4])
+                                             int warps, int lane, const float (&acc_in)[RT][NT][4])
 {
+    float acc[RT][NT][4];
+#pragma unroll
+    for (int r = 0; r < RT; ++r)
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) acc[r][nt][j] = acc_in[r][nt][j];
+    if constexpr (TOKS == 1) {
+        // Column planes (unit_mma): lane tq holds 4^tq * its plane's share of rows gid, gid+8;
+        // scaled back exactly (a power of two) and summed over the four lanes in a fixed order,
+        // (tq 0 + tq 1) + (tq 2 + tq 3), which lane tq == 0 keeps.
+        const float back = 1.0f / (float)(1 << (2 * (lane & 3)));
+#pragma unroll
+        for (int r = 0; r < RT; ++r)
+#pragma unroll
+            for (int j = 0; j < 4; j += 2) {
+                float v = acc[r][0][j] * back;
+                v += __shfl_xor_sync(0xffffffffu, v, 1);
+                v += __shfl_xor_sync(0xffffffffu, v, 2);
+                acc[r][0][j] = v;
+            }
+    }
 #pragma unroll
     for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -427,7 +506,8 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     if (len > 0) src.load(b0, 0, min(len, U));
     if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
-    const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, g_begin, lane);
+    m1_operands m1(lane);
 
     for (;;) {
         float acc[RT][NT][4];
@@ -440,9 +520,8 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             // U 1, where ptxas then hoists the next unit's first load into this unit's compute
             // and the kernel gets slower, nor for split grids (more registers; NOTES v9f).
             act_ptrs<NT, NJ> a = A;
-            a.q[0] += g_begin * 128, a.xs[0][0] += g_begin, a.sums[0][0] += g_begin;
             for (int i = 0;;) {
-                compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, m1, acc);
                 i += U;
                 if (i >= len) break;
                 src.codes += U * RT * 512, src.scales += U * RT * 8;
@@ -452,16 +531,16 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
         } else if constexpr (STAGES == 1) {
             for (int i = 0; i < len; i += U) {
                 if (i > 0) src.load(b0, i, min(len - i, U));
-                compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, i, min(len - i, U), A, m1, acc);
             }
         } else {
             // Ping-pong between two register sets (no copies): b0 holds units [i, i+U) and b1
             // [i+U, i+2U); each is refilled as soon as it has been computed.
             for (int i = 0; i < len; i += 2 * U) {
-                compute_batch<RT, U, NT, TOKS>(b0, g_begin + i, min(len - i, U), A, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, i, min(len - i, U), A, m1, acc);
                 if (i + 2 * U < len) src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
                 if (i + U >= len) break;
-                compute_batch<RT, U, NT, TOKS>(b1, g_begin + i + U, min(len - i - U, U), A, acc);
+                compute_batch<RT, U, NT, TOKS>(b1, i + U, min(len - i - U, U), A, m1, acc);
                 if (i + 3 * U < len) src.load(b1, i + 3 * U, min(len - i - 3 * U, U));
             }
         }
@@ -530,7 +609,8 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     }
     __syncwarp();
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
-    const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, lane);
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, ws.g_begin, lane);
+    m1_operands m1(lane);
     float acc[RT][NT][4];
     zero_acc(acc);
 
@@ -550,7 +630,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
                 w[r] = *reinterpret_cast<const uint4 *>(st + (u * RT + r) * 512 + lane * 16);
                 sc[r] = *reinterpret_cast<const uint32_t *>(st + slot::kCodes + (u * RT + r) * 32 + gid * 4);
             }
-            unit_mma<RT, NT, TOKS>(w, sc, ws.g_begin + i * U + u, A, acc);
+            unit_mma<RT, NT, TOKS>(w, sc, i * U + u, A, m1, acc);
         }
         // Refill the slot just read: every lane's reads of it are done (and ordered before the
         // bulk copy's writes) before lane 0 issues it.
