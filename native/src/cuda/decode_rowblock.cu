@@ -8,10 +8,13 @@
 // Here a sub-tile costs one 16-byte load, 16 mask ops, 4 MMAs and the C-register arithmetic
 // (~40 at M = 1), and occupancy, not a ring, hides the memory latency.
 //
-// Arithmetic: as decode.cu (masked-plane MMA, plane 0 started from -sum(q)). The B fragment of
-// lane (gid, tq) carries token min(gid, m-1): with m < 8 the surplus columns repeat the last
-// token instead of being predicated off, so the hot loop has no token tests; C columns >= m are
-// never stored.
+// Arithmetic: masked-plane MMAs as decode.cu. m > 1: the B fragment of lane (gid, tq) carries
+// token min(gid, m-1): with m < 8 the surplus columns repeat the last token instead of being
+// predicated off, so the hot loop has no token tests; C columns >= m are never stored; the four
+// plane results are combined per unit (m <= 8) or chained from planes moved to the top bits
+// (m > 8). m = 1: "column planes" (m1_operands, unit_mma): the eight columns carry the four
+// activation planes instead of eight copies of the one token, the plane MMAs chain into one
+// accumulator without mixing, and the planes are combined once per row block (reduce_store).
 //
 // Work split: warp w of the block takes groups [w*G/W, (w+1)*G/W) of its row block,
 // contiguous in the tile-major stream, in batches of U units (the last one shorter). How the
@@ -200,21 +203,19 @@ struct act_ptrs {
     int g0;  // group of unit index 0 relative to the pointers (act_setup)
 };
 
-// m == 1: the MMA operands a lane keeps in registers from unit to unit ("column planes", see
-// unit_mma). Lane (gid, tq) supplies B column gid, which carries activation plane gid >> 1, so
-// b[s] holds the lane's 8 bytes of plane s when gid >> 1 == s and stays 0 in the other lanes;
-// c is the first MMA's C: {-sum(q), 0, -sum(q), 0} in the lanes of plane-0 columns (tq == 0),
-// 0 elsewhere. Only the loads of a lane's own plane (and sum) execute; the zeros are never written.
+// m == 1: the B operands a lane keeps in registers from unit to unit ("column planes", see
+// unit_mma). Lane (gid, tq) supplies B column gid, which carries activation plane gid >> 1: b[s]
+// holds the lane's 8 bytes of plane s where s == gid >> 1 (own[s]; only that load executes) and
+// stays 0 in the other lanes, never written. c_neg is -1 in the lanes whose C column 2tq holds
+// plane 0 (tq == 0), which add -sum(q) once per unit and row, else 0.
 struct m1_operands {
     uint2 b[4];
-    int c[4];
-    uint32_t bmask[4];  // ~0 where s == gid >> 1, else 0
-    int c_neg;          // -1 where tq == 0, else 0
-    __device__ explicit m1_operands(int lane)
+    bool own[4];
+    int c_neg;
+    __device__ explicit m1_operands(int lane) : c_neg((lane & 3) == 0 ? -1 : 0)
     {
-        c_neg = (lane & 3) == 0 ? -1 : 0;
 #pragma unroll
-        for (int s = 0; s < 4; ++s) b[s] = make_uint2(0u, 0u), c[s] = 0, bmask[s] = (lane >> 3) == s ? ~0u : 0u;
+        for (int s = 0; s < 4; ++s) b[s] = make_uint2(0u, 0u), own[s] = (lane >> 3) == s;
     }
 };
 
@@ -258,7 +259,7 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
         const uint2 *q = reinterpret_cast<const uint2 *>(A.q[0] + (unsigned)g * 128u);  // plane gid >> 1 of group g
 #pragma unroll
         for (int s = 0; s < 4; ++s)
-            if (m1.bmask[s]) m1.b[s] = __ldg(q);
+            if (m1.own[s]) m1.b[s] = __ldg(q);
         const int ns = __ldg(A.sums[0][0] + (unsigned)g) * m1.c_neg;
         const float xs = __ldg(A.xs[0][0] + (unsigned)g);
 #pragma unroll
@@ -329,9 +330,8 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
                 pq2_mma_u8s8(d3, a[3], bq[nt][3].x, bq[nt][3].y, zero);
 #pragma unroll
                 for (int j = 0; j < 4; ++j) {
-                    if (TOKS == 1 && (j & 1)) continue;  // m == 1: column 2tq only
-                    const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j] + ns[nt][NJ == 1 ? 0 : (j & 1)] * 64;
-                    const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][NJ == 1 ? 0 : (j & 1)];
+                    const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j] + ns[nt][j & 1] * 64;
+                    const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][j & 1];
                     acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
                 }
             }
@@ -656,18 +656,23 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 1, 1)                      \
     X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 2)                                      \
     X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                      \
-    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)   \
+    X(PQ2_LAYOUT_PLANES, 1, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 1, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 1, 1, 1, 2)   \
+    X(PQ2_LAYOUT_PLANES, 1, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 1, 1, 16, 2)                                      \
+    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)                                                      \
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 1, 2)   \
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)  \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
-// The persistent register kernels (config blocks > 0): tiles, the same combinations less three
-// that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m=1 stages 1; rt 4 U 1 m<=8 stages 2).
+// (planes rt 1 U 1 m=1 stages 1 spills since the m = 1 column planes, NOTES v10a.)
+// The persistent register kernels (config blocks > 0): tiles, the same combinations less five
+// that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m=1 stages 1; rt 4 U 1 m<=8 stages 2;
+// since the m = 1 column planes also rt 2 U 1 m=1 stages 2 and rt 2 U 2 m=1 stages 1).
 #define PQ2_PERSIST_INSTANCES(X)                                                                     \
     PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 2) \
     X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1) X(PQ2_LAYOUT_TILES, 1, 4, 1, 2)  \
-    X(PQ2_LAYOUT_TILES, 1, 4, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1)                   \
-    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 8, 1)                  \
-    X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
+    X(PQ2_LAYOUT_TILES, 1, 4, 8, 2) X(PQ2_LAYOUT_TILES, 2, 1, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 8, 1)   \
+    X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) X(PQ2_LAYOUT_TILES, 2, 2, 8, 1)  \
+    X(PQ2_LAYOUT_TILES, 2, 2, 16, 1) X(PQ2_LAYOUT_TILES, 2, 2, 1, 2) X(PQ2_LAYOUT_TILES, 2, 2, 8, 2)  \
+    X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
 
 // The ring kernels (stages >= 3): RT x U (units per slot) x TOKS, slots of at most 4 sub-tiles;
 // rt 4 serves m <= 8 (spills at 16).
