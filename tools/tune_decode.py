@@ -94,10 +94,15 @@ def tune(shapes, layouts, ms, replays, log, wide=False, families=FAMILY_CHOICES)
                                  "config": dict(zip(CONFIG_FIELDS, cfg)), "us": us})
                     cands.append((us, cfg))
                 best = pick(cands)
-                default_us = time_pq2(ws, m, None, replays=replays)
+                try:  # the table being rewritten may name an instance the library no longer has
+                    current = f"{time_pq2(ws, m, None, replays=replays):.1f} us"
+                except Pq2Error as e:
+                    if e.status_name != "PQ2_ERR_UNSUPPORTED":
+                        raise
+                    current = "unsupported by this build"
                 gbs = pq2_bytes(n, k) / (best[0] * 1e-6) / 1e9
                 log(f"{name:8s} {layout}{layout_rt or ''} M={m:2d}: best {best[0]:8.1f} us ({gbs:5.0f} GB/s) "
-                    f"{dict(zip(CONFIG_FIELDS, best[1]))}  (current table/fallback {default_us:.1f} us)")
+                    f"{dict(zip(CONFIG_FIELDS, best[1]))}  (current table/fallback {current})")
                 entries.append((layout, m, n, k, layout_rt, best[1], best[0]))
             del ws
             torch.cuda.empty_cache()
