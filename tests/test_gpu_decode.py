@@ -196,7 +196,7 @@ ROWBLOCK_BY_TOKS = {1: [(2, 8, 2, 2), (2, 8, 1, 4)], 8: [(2, 8, 2, 2), (2, 4, 2,
 
 
 # planes: (rt, warps, unroll, stages) of register kernels compiled for the planes layout
-ROWBLOCK_PLANES_BY_TOKS = {1: [(2, 8, 1, 2), (1, 16, 1, 1)], 8: [(2, 8, 2, 2), (1, 4, 2, 1)],
+ROWBLOCK_PLANES_BY_TOKS = {1: [(2, 8, 1, 2), (1, 16, 2, 1)], 8: [(2, 8, 2, 2), (1, 4, 2, 1)],
                            16: [(2, 8, 1, 1), (1, 8, 2, 2)]}
 
 
@@ -211,7 +211,7 @@ def check_rowblock_every_m(shape, layout, layout_rt, by_toks, content="ternary",
 
 
 # persistent grids, (warps, unroll, stages, blocks per SM); rt = the layout's
-ROWBLOCK_PERSIST_BY_TOKS = {1: [(16, 1, 1, 1), (4, 1, 2, 3)], 8: [(8, 1, 1, 1), (2, 1, 1, 2)],
+ROWBLOCK_PERSIST_BY_TOKS = {1: [(16, 1, 1, 1), (4, 2, 2, 3)], 8: [(8, 1, 1, 1), (2, 1, 1, 2)],
                             16: [(8, 1, 1, 1), (4, 2, 1, 2)]}
 
 

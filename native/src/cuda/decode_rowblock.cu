@@ -410,7 +410,7 @@ __device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float 
         // Column planes (unit_mma): lane tq holds 4^tq * its plane's share of rows gid, gid+8;
         // scaled back exactly (a power of two) and summed over the four lanes in a fixed order,
         // (tq 0 + tq 1) + (tq 2 + tq 3), which lane tq == 0 keeps.
-        const float back = 1.0f / (float)(1 << (2 * (lane & 3)));
+        const float back = __int_as_float(0x3f800000 - ((lane & 3) << 24));  // 4^-tq, exact
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
