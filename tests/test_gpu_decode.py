@@ -167,8 +167,9 @@ def dtype_for(m):
 
 
 def toks_class(m):
-    """The kernels' token class of m (1, 8 or 16), which keys the per-class config lists."""
-    return 1 if m == 1 else 8 if m <= 8 else 16
+    """The row-block kernels' token class of m (1, 2, 8 or 16), which keys the per-class config
+    lists (m <= 2: column planes)."""
+    return m if m <= 2 else 8 if m <= 8 else 16
 
 
 @pytest.mark.parametrize("layout,rt", [("tiles", 1), ("tiles", 2), ("tiles", 4), ("planes", 0)],
@@ -191,12 +192,12 @@ def test_model_shapes(name, layout, rt):
 
 
 # (rt, warps, unroll, stages): register batches of 2 units x rt 2, and the bulk-copy ring
-ROWBLOCK_BY_TOKS = {1: [(2, 8, 2, 2), (2, 8, 1, 4)], 8: [(2, 8, 2, 2), (2, 4, 2, 3)],
+ROWBLOCK_BY_TOKS = {1: [(2, 8, 2, 2), (2, 8, 1, 4)], 2: [(2, 8, 1, 1), (2, 4, 2, 3)], 8: [(2, 8, 2, 2), (2, 4, 2, 3)],
                     16: [(2, 8, 2, 1), (2, 8, 1, 4)]}
 
 
 # planes: (rt, warps, unroll, stages) of register kernels compiled for the planes layout
-ROWBLOCK_PLANES_BY_TOKS = {1: [(2, 8, 1, 2), (1, 16, 2, 1)], 8: [(2, 8, 2, 2), (1, 4, 2, 1)],
+ROWBLOCK_PLANES_BY_TOKS = {1: [(2, 8, 1, 2), (1, 16, 2, 1)], 2: [(2, 8, 1, 2), (1, 4, 2, 1)], 8: [(2, 8, 2, 2), (1, 4, 2, 1)],
                            16: [(2, 8, 1, 1), (1, 8, 2, 2)]}
 
 
@@ -211,14 +212,14 @@ def check_rowblock_every_m(shape, layout, layout_rt, by_toks, content="ternary",
 
 
 # persistent grids, (warps, unroll, stages, blocks per SM); rt = the layout's
-ROWBLOCK_PERSIST_BY_TOKS = {1: [(16, 1, 1, 1), (4, 2, 2, 3)], 8: [(8, 1, 1, 1), (2, 1, 1, 2)],
+ROWBLOCK_PERSIST_BY_TOKS = {1: [(16, 1, 1, 1), (4, 2, 2, 3)], 2: [(8, 1, 1, 2), (4, 2, 2, 3)], 8: [(8, 1, 1, 1), (2, 1, 1, 2)],
                             16: [(8, 1, 1, 1), (4, 2, 1, 2)]}
 
 
 # split row blocks, (rt, warps, unroll, stages, 0, splits) per token class
-ROWBLOCK_SPLIT_BY_TOKS = {1: [(2, 16, 1, 1, 0, 2), (2, 8, 2, 2, 0, 4)], 8: [(2, 8, 1, 2, 0, 3), (2, 4, 2, 1, 0, 2)],
+ROWBLOCK_SPLIT_BY_TOKS = {1: [(2, 16, 1, 1, 0, 2), (2, 8, 2, 2, 0, 4)], 2: [(2, 8, 1, 1, 0, 3), (2, 4, 2, 2, 0, 2)], 8: [(2, 8, 1, 2, 0, 3), (2, 4, 2, 1, 0, 2)],
                           16: [(2, 8, 1, 1, 0, 4), (2, 4, 2, 1, 0, 3)]}
-ROWBLOCK_SPLIT_PLANES_BY_TOKS = {1: [(1, 8, 1, 2, 0, 2), (2, 8, 2, 1, 0, 3)], 8: [(2, 8, 2, 2, 0, 4), (1, 4, 1, 1, 0, 2)],
+ROWBLOCK_SPLIT_PLANES_BY_TOKS = {1: [(1, 8, 1, 2, 0, 2), (2, 8, 2, 1, 0, 3)], 2: [(1, 8, 1, 2, 0, 2), (2, 8, 2, 1, 0, 3)], 8: [(2, 8, 2, 2, 0, 4), (1, 4, 1, 1, 0, 2)],
                                  16: [(2, 8, 1, 1, 0, 2), (1, 8, 2, 2, 0, 3)]}
 
 

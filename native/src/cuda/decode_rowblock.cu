@@ -12,9 +12,10 @@
 // token min(gid, m-1): with m < 8 the surplus columns repeat the last token instead of being
 // predicated off, so the hot loop has no token tests; C columns >= m are never stored; the four
 // plane results are combined per unit (m <= 8) or chained from planes moved to the top bits
-// (m > 8). m = 1: "column planes" (m1_operands, unit_mma): the eight columns carry the four
-// activation planes instead of eight copies of the one token, the plane MMAs chain into one
-// accumulator without mixing, and the planes are combined once per row block (reduce_store).
+// (m > 8). m <= 2: "column planes" (cp_operands, unit_mma): the eight columns carry the four
+// activation planes of the one or two tokens instead of copies of them, the plane MMAs chain
+// into one accumulator without mixing, and the planes are combined once per row block
+// (reduce_store).
 //
 // Work split: warp w of the block takes groups [w*G/W, (w+1)*G/W) of its row block,
 // contiguous in the tile-major stream, in batches of U units (the last one shorter). How the
@@ -203,16 +204,22 @@ struct act_ptrs {
     int g0;  // group of unit index 0 relative to the pointers (act_setup)
 };
 
-// m == 1: the B operands a lane keeps in registers from unit to unit ("column planes", see
-// unit_mma). Lane (gid, tq) supplies B column gid, which carries activation plane gid >> 1: b[s]
-// holds the lane's 8 bytes of plane s where s == gid >> 1 (own[s]; only that load executes) and
-// stays 0 in the other lanes, never written. c_neg is -1 in the lanes whose C column 2tq holds
-// plane 0 (tq == 0), which add -sum(q) once per unit and row, else 0.
-struct m1_operands {
+// Token classes of the row-block kernels (template TOKS): 1 (m == 1), 2 (m == 2), 8 (m <= 8) and
+// 16 (m <= 16). m <= 2 use column planes.
+template <int TOKS>
+constexpr bool kColumnPlanes = TOKS <= 2;
+
+// m <= 2: the B operands a lane keeps in registers from unit to unit ("column planes", see
+// unit_mma). Lane (gid, tq) supplies B column gid, which carries activation plane gid >> 1 of
+// token gid & 1 (token 0 when m == 1): b[s] holds the lane's 8 bytes of that plane where
+// s == gid >> 1 (own[s]; only that load executes) and stays 0 in the other lanes, never written.
+// c_neg is -1 in the lanes whose C columns 2tq, 2tq+1 hold plane 0 (tq == 0), which add -sum(q)
+// once per unit, row and token, else 0.
+struct cp_operands {
     uint2 b[4];
     bool own[4];
     int c_neg;
-    __device__ explicit m1_operands(int lane) : c_neg((lane & 3) == 0 ? -1 : 0)
+    __device__ explicit cp_operands(int lane) : c_neg((lane & 3) == 0 ? -1 : 0)
     {
 #pragma unroll
         for (int s = 0; s < 4; ++s) b[s] = make_uint2(0u, 0u), own[s] = (lane >> 3) == s;
@@ -244,24 +251,30 @@ __device__ __forceinline__ void plane_fragments(const uint4 &w, uint32_t (&a)[4]
 // sub-tiles) into acc.
 template <int RT, int NT, int TOKS>
 __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&sc)[RT], int g,
-                                         const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, m1_operands &m1,
+                                         const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, cp_operands &cp,
                                          float (&acc)[RT][NT][4])
 {
     constexpr int NJ = TOKS == 1 ? 1 : 2;
-    if constexpr (TOKS != 1) g += A.g0;
-    if constexpr (TOKS == 1) {
-        // m == 1, column planes: the MMA's 8 columns would all carry the one token, so column
-        // pair {2s, 2s+1} carries activation plane s instead and the four plane MMAs chain into
-        // one accumulator without mixing: C column 2tq of lane tq ends as 4^tq * dot(plane tq)
-        // (plus -sum(q) in plane 0). No per-unit combine: the lane's float accumulator takes
-        // its plane's term, and reduce_store scales lane tq by 4^-tq and adds the four lanes
-        // (fixed order) once per row block.
-        const uint2 *q = reinterpret_cast<const uint2 *>(A.q[0] + (unsigned)g * 128u);  // plane gid >> 1 of group g
+    if constexpr (!kColumnPlanes<TOKS>) g += A.g0;
+    if constexpr (kColumnPlanes<TOKS>) {
+        // m <= 2, column planes: the MMA's 8 columns would carry copies of the one or two
+        // tokens, so column pair {2s, 2s+1} carries activation plane s of tokens 0 and 1
+        // instead and the four plane MMAs chain into one accumulator without mixing: C column
+        // 2tq + j of lane tq ends as 4^tq * dot(plane tq of token j) (plus -sum(q) of token j in
+        // plane 0). No per-unit combine: the lane's float accumulators take their plane's
+        // terms, and reduce_store scales lane tq by 4^-tq and adds the four lanes (fixed order)
+        // once per row block.
+        const uint2 *q = reinterpret_cast<const uint2 *>(A.q[0] + (unsigned)g * 128u);  // the lane's plane of group g
 #pragma unroll
         for (int s = 0; s < 4; ++s)
-            if (m1.own[s]) m1.b[s] = __ldg(q);
-        const int ns = __ldg(A.sums[0][0] + (unsigned)g) * m1.c_neg;
-        const float xs = __ldg(A.xs[0][0] + (unsigned)g);
+            if (cp.own[s]) cp.b[s] = __ldg(q);
+        int ns[NJ];
+        float xs[NJ];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+            ns[j] = __ldg(A.sums[0][j] + (unsigned)g) * cp.c_neg;
+            xs[j] = __ldg(A.xs[0][j] + (unsigned)g);
+        }
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
             const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
@@ -269,12 +282,15 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
             plane_fragments<false>(w[r], a);
             const int zero[4] = {0, 0, 0, 0};
             int d[4];
-            pq2_mma_u8s8(d, a[0], m1.b[0].x, m1.b[0].y, zero);
-            pq2_mma_u8s8(d, a[1], m1.b[1].x, m1.b[1].y, d);
-            pq2_mma_u8s8(d, a[2], m1.b[2].x, m1.b[2].y, d);
-            pq2_mma_u8s8(d, a[3], m1.b[3].x, m1.b[3].y, d);
-            acc[r][0][0] = fmaf((float)(d[0] + ns), wf.x * xs, acc[r][0][0]);
-            acc[r][0][2] = fmaf((float)(d[2] + ns), wf.y * xs, acc[r][0][2]);
+            pq2_mma_u8s8(d, a[0], cp.b[0].x, cp.b[0].y, zero);
+            pq2_mma_u8s8(d, a[1], cp.b[1].x, cp.b[1].y, d);
+            pq2_mma_u8s8(d, a[2], cp.b[2].x, cp.b[2].y, d);
+            pq2_mma_u8s8(d, a[3], cp.b[3].x, cp.b[3].y, d);
+#pragma unroll
+            for (int j = 0; j < 4; j += 3 - NJ) {  // m == 1: column 2tq only
+                const int t = j & (NJ - 1);
+                acc[r][0][j] = fmaf((float)(d[j] + ns[t]), (j < 2 ? wf.x : wf.y) * xs[t], acc[r][0][j]);
+            }
         }
         return;
     }
@@ -342,13 +358,13 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 // Accumulates units [0, n) of batch b (groups g0, g0+1, ...) into acc.
 template <int RT, int U, int NT, int TOKS>
 __device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int n,
-                                              const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, m1_operands &m1,
+                                              const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, cp_operands &cp,
                                               float (&acc)[RT][NT][4])
 {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         if (u >= n) break;
-        unit_mma<RT, NT, TOKS>(b.codes[u], b.scales[u], g0 + u, A, m1, acc);
+        unit_mma<RT, NT, TOKS>(b.codes[u], b.scales[u], g0 + u, A, cp, acc);
     }
 }
 
@@ -366,23 +382,26 @@ __device__ __forceinline__ warp_split split_of(int G, int warp, int warps)
 }
 
 // The activation pointers of a lane for the warp's groups from g_begin; units index them from 0.
-template <int NT, int NJ>
+// CP (column planes, m <= 2): B column gid carries plane gid >> 1 of token gid & 1, C columns
+// 2tq + j token j. Otherwise B column gid carries token gid, C columns 2tq + j token 2tq + j
+// (nt * 8 more in token block nt); tokens past m - 1 repeat m - 1.
+template <int NT, int NJ, bool CP>
 __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &p, int G, int g_begin, int lane)
 {
     const int gid = lane >> 2, tq = lane & 3;
     act_ptrs<NT, NJ> A;
-    // m == 1: the pointers start at g_begin (unsigned unit indices: one multiply-add per
-    // address). m > 1: at group 0, units add g0 = g_begin (measured: starting those at g_begin
-    // makes ptxas spill or take more registers in several m > 1 instances).
-    A.g0 = NJ == 1 ? 0 : g_begin;
-    if (NJ != 1) g_begin = 0;
+    // CP: the pointers start at g_begin (unsigned unit indices: one multiply-add per address).
+    // Otherwise at group 0, and units add g0 = g_begin (measured: starting those at g_begin
+    // makes ptxas spill or take more registers in several m > 2 instances).
+    A.g0 = CP ? 0 : g_begin;
+    if (!CP) g_begin = 0;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-        A.q[nt] = p.q8 + (size_t)min(nt * 8 + gid, p.m - 1) * p.k + (size_t)g_begin * 128 + tq * 8;
-        if (NJ == 1) A.q[nt] += (gid >> 1) * 32;  // m == 1: the lane's own plane only (m1_operands)
+        const int b_tok = CP ? min(gid & 1, p.m - 1) : min(nt * 8 + gid, p.m - 1);
+        A.q[nt] = p.q8 + (size_t)b_tok * p.k + (size_t)g_begin * 128 + (CP ? (gid >> 1) * 32 : 0) + tq * 8;
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
-            const int tok = min(nt * 8 + 2 * tq + j, p.m - 1);
+            const int tok = CP ? min(j, p.m - 1) : min(nt * 8 + 2 * tq + j, p.m - 1);
             A.xs[nt][j] = p.xs + (size_t)tok * G + g_begin;
             A.sums[nt][j] = p.sums + (size_t)tok * G + g_begin;
         }
@@ -406,15 +425,15 @@ __device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float 
         for (int nt = 0; nt < NT; ++nt)
 #pragma unroll
             for (int j = 0; j < 4; ++j) acc[r][nt][j] = acc_in[r][nt][j];
-    if constexpr (TOKS == 1) {
-        // Column planes (unit_mma): lane tq holds 4^tq * its plane's share of rows gid, gid+8;
-        // scaled back exactly (a power of two) and summed over the four lanes in a fixed order,
-        // (tq 0 + tq 1) + (tq 2 + tq 3), which lane tq == 0 keeps.
+    if constexpr (kColumnPlanes<TOKS>) {
+        // Column planes (unit_mma): lane tq holds 4^tq * its plane's share of rows gid, gid+8
+        // (tokens 0, 1); scaled back exactly (a power of two) and summed over the four lanes in
+        // a fixed order, (tq 0 + tq 1) + (tq 2 + tq 3), which lane tq == 0 keeps.
         const float back = __int_as_float(0x3f800000 - ((lane & 3) << 24));  // 4^-tq, exact
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
-            for (int j = 0; j < 4; j += 2) {
+            for (int j = 0; j < 4; j += TOKS == 1 ? 2 : 1) {
                 float v = acc[r][0][j] * back;
                 v += __shfl_xor_sync(0xffffffffu, v, 1);
                 v += __shfl_xor_sync(0xffffffffu, v, 2);
@@ -506,8 +525,8 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     if (len > 0) src.load(b0, 0, min(len, U));
     if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
-    const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, g_begin, lane);
-    m1_operands m1(lane);
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, kColumnPlanes<TOKS>>(p, G, g_begin, lane);
+    cp_operands cp(lane);
 
     for (;;) {
         float acc[RT][NT][4];
@@ -521,7 +540,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             // and the kernel gets slower, nor for split grids (more registers; NOTES v9f).
             act_ptrs<NT, NJ> a = A;
             for (int i = 0;;) {
-                compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, m1, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, cp, acc);
                 i += U;
                 if (i >= len) break;
                 src.codes += U * RT * 512, src.scales += U * RT * 8;
@@ -531,16 +550,16 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
         } else if constexpr (STAGES == 1) {
             for (int i = 0; i < len; i += U) {
                 if (i > 0) src.load(b0, i, min(len - i, U));
-                compute_batch<RT, U, NT, TOKS>(b0, i, min(len - i, U), A, m1, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, i, min(len - i, U), A, cp, acc);
             }
         } else {
             // Ping-pong between two register sets (no copies): b0 holds units [i, i+U) and b1
             // [i+U, i+2U); each is refilled as soon as it has been computed.
             for (int i = 0; i < len; i += 2 * U) {
-                compute_batch<RT, U, NT, TOKS>(b0, i, min(len - i, U), A, m1, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, i, min(len - i, U), A, cp, acc);
                 if (i + 2 * U < len) src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
                 if (i + U >= len) break;
-                compute_batch<RT, U, NT, TOKS>(b1, i + U, min(len - i - U, U), A, m1, acc);
+                compute_batch<RT, U, NT, TOKS>(b1, i + U, min(len - i - U, U), A, cp, acc);
                 if (i + 3 * U < len) src.load(b1, i + 3 * U, min(len - i - 3 * U, U));
             }
         }
@@ -609,8 +628,8 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     }
     __syncwarp();
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
-    const act_ptrs<NT, NJ> A = act_setup<NT, NJ>(p, G, ws.g_begin, lane);
-    m1_operands m1(lane);
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, kColumnPlanes<TOKS>>(p, G, ws.g_begin, lane);
+    cp_operands cp(lane);
     float acc[RT][NT][4];
     zero_acc(acc);
 
@@ -630,7 +649,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
                 w[r] = *reinterpret_cast<const uint4 *>(st + (u * RT + r) * 512 + lane * 16);
                 sc[r] = *reinterpret_cast<const uint32_t *>(st + slot::kCodes + (u * RT + r) * 32 + gid * 4);
             }
-            unit_mma<RT, NT, TOKS>(w, sc, i * U + u, A, m1, acc);
+            unit_mma<RT, NT, TOKS>(w, sc, i * U + u, A, cp, acc);
         }
         // Refill the slot just read: every lane's reads of it are done (and ordered before the
         // bulk copy's writes) before lane 0 issues it.
@@ -644,63 +663,76 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 
 // ---- instances ------------------------------------------------------------------------------
 // Register kernels: layout x RT (sub-tiles per unit; TILES: = the layout's rt) x U (units per
-// batch) x TOKS (1: m == 1; 8: m <= 8; 16: m <= 16) x STAGES (1: load then compute; 2: next batch
+// batch) x TOKS (1: m == 1; 2: m == 2; 8: m <= 8; 16: m <= 16) x STAGES (1: load then compute; 2: next batch
 // loads during this one). Only the combinations ptxas compiles without spills
 // (tools/ptxas_report.py; batches of at most 4 sub-tiles, and tiles rt 2 U 4 stages 1 for
 // m <= 8: 8 sub-tiles); tiles rt 4 serves m <= 8 (larger m goes to the stream family).
-#define PQ2_ROWBLOCK_ALL_TOKS(X, L, R, U) X(L, R, U, 1, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) X(L, R, U, 1, 2) X(L, R, U, 8, 2) X(L, R, U, 16, 2)
-#define PQ2_ROWBLOCK_LEAN_16(X, L, R, U) X(L, R, U, 1, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) X(L, R, U, 1, 2) X(L, R, U, 8, 2)
+#define PQ2_T12(X, L, R, U, S) X(L, R, U, 1, S) X(L, R, U, 2, S)  // m == 1 and m == 2 (column planes)
+#define PQ2_ROWBLOCK_ALL_TOKS(X, L, R, U) X(L, R, U, 1, 1) X(L, R, U, 2, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) X(L, R, U, 1, 2) X(L, R, U, 2, 2) X(L, R, U, 8, 2) X(L, R, U, 16, 2)
+#define PQ2_ROWBLOCK_LEAN_16(X, L, R, U) X(L, R, U, 1, 1) X(L, R, U, 2, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) X(L, R, U, 1, 2) X(L, R, U, 2, 2) X(L, R, U, 8, 2)
 #define PQ2_ROWBLOCK_INSTANCES(X)                                                                        \
     PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 2)     \
-    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 1, 4) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 1)       \
-    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 1, 1)                      \
-    X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 2)                                      \
-    X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                      \
-    X(PQ2_LAYOUT_PLANES, 1, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 1, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 1, 1, 1, 2)   \
+    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 1, 4) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1)                 \
+    X(PQ2_LAYOUT_TILES, 2, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 1, 2)     \
+    X(PQ2_LAYOUT_TILES, 2, 1, 8, 2)                                                                      \
+    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) PQ2_T12(X, PQ2_LAYOUT_TILES, 4, 1, 1)                      \
+    X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) X(PQ2_LAYOUT_TILES, 4, 1, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 8, 2)     \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                      \
+    X(PQ2_LAYOUT_PLANES, 1, 1, 2, 1) X(PQ2_LAYOUT_PLANES, 1, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 1, 1, 16, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 1, 1, 2)   \
     X(PQ2_LAYOUT_PLANES, 1, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 1, 1, 16, 2)                                      \
     PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)                                                      \
-    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 1, 2)   \
-    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)  \
-    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
-// (planes rt 1 U 1 m=1 stages 1 spills since the m = 1 column planes, NOTES v10a.)
-// The persistent register kernels (config blocks > 0): tiles, the same combinations less five
+    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 1, 2)   \
+    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 2) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 1)  \
+    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
+// Left out since the column planes (spills, NOTES v10a): planes rt 1 U 1 m=1 stages 1, tiles rt 2
+// U 1 m=2 stages 2.
+// The persistent register kernels (config blocks > 0): tiles, the same combinations less those
 // that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m=1 stages 1; rt 4 U 1 m<=8 stages 2;
-// since the m = 1 column planes also rt 2 U 1 m=1 stages 2 and rt 2 U 2 m=1 stages 1).
+// since the column planes also rt 1 U 2 m=1 stages 2, rt 2 U 1 m=1 stages 2 and rt 2 U 2 m=1
+// stages 1).
 #define PQ2_PERSIST_INSTANCES(X)                                                                     \
-    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 2) \
-    X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1) X(PQ2_LAYOUT_TILES, 1, 4, 1, 2)  \
-    X(PQ2_LAYOUT_TILES, 1, 4, 8, 2) X(PQ2_LAYOUT_TILES, 2, 1, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 8, 1)   \
-    X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) X(PQ2_LAYOUT_TILES, 2, 2, 8, 1)  \
-    X(PQ2_LAYOUT_TILES, 2, 2, 16, 1) X(PQ2_LAYOUT_TILES, 2, 2, 1, 2) X(PQ2_LAYOUT_TILES, 2, 2, 8, 2)  \
-    X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
+    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 2, 1)            \
+    X(PQ2_LAYOUT_TILES, 1, 2, 8, 1) X(PQ2_LAYOUT_TILES, 1, 2, 16, 1) X(PQ2_LAYOUT_TILES, 1, 2, 2, 2)  \
+    X(PQ2_LAYOUT_TILES, 1, 2, 8, 2) X(PQ2_LAYOUT_TILES, 1, 2, 16, 2)                                  \
+    X(PQ2_LAYOUT_TILES, 1, 4, 2, 1) X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1)    \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 4, 2) X(PQ2_LAYOUT_TILES, 1, 4, 8, 2)                              \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) \
+    X(PQ2_LAYOUT_TILES, 2, 1, 2, 2) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2)                                    \
+    X(PQ2_LAYOUT_TILES, 2, 2, 2, 1) X(PQ2_LAYOUT_TILES, 2, 2, 8, 1) X(PQ2_LAYOUT_TILES, 2, 2, 16, 1)    \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 2, 2) X(PQ2_LAYOUT_TILES, 2, 2, 8, 2)                              \
+    X(PQ2_LAYOUT_TILES, 4, 1, 2, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1) \
+    X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
 
 // The ring kernels (stages >= 3): RT x U (units per slot) x TOKS, slots of at most 4 sub-tiles;
 // rt 4 serves m <= 8 (spills at 16).
-#define PQ2_RING_TOKS(X, R, U) X(R, U, 1) X(R, U, 8) X(R, U, 16)
+#define PQ2_RING_TOKS(X, R, U) X(R, U, 1) X(R, U, 2) X(R, U, 8) X(R, U, 16)
 #define PQ2_RING_INSTANCES(X)                                                                   \
     PQ2_RING_TOKS(X, 1, 1) PQ2_RING_TOKS(X, 1, 2) PQ2_RING_TOKS(X, 1, 4) PQ2_RING_TOKS(X, 2, 1) \
-    PQ2_RING_TOKS(X, 2, 2) X(4, 1, 1) X(4, 1, 8)
+    PQ2_RING_TOKS(X, 2, 2) X(4, 1, 1) X(4, 1, 2) X(4, 1, 8)
 
 // The split register kernels (config splits > 1): tiles rt 2 and planes rt 1-2 (the layouts'
 // usual row blocks), the register kernels' combinations less planes rt 2 U 1 m > 8 stages 2 and
 // tiles rt 2 U 1 m <= 8 stages 1 (spill).
 #define PQ2_SPLIT_INSTANCES(X)                                                                           \
-    X(PQ2_LAYOUT_TILES, 2, 1, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 1, 2)     \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 2)     \
     X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2)                      \
-    X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                      \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                      \
     PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)   \
-    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 1, 2)   \
-    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)                                      \
-    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
+    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 1, 2)   \
+    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 1)                                      \
+    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 
 using rowblock_fn = void (*)(const pq2_decode_problem);
+
+// The TOKS of an instance for m (the stream family's classes plus 2: m == 2 has column planes).
+int rowblock_tokens_class(int64_t m) { return m == 2 ? 2 : pq2_decode_tokens_class(m); }
 using ring_fn = void (*)(const pq2_decode_problem, int);
 
 int grid_kind(const pq2_decode_config &cfg) { return cfg.splits > 1 ? kGridSplit : cfg.blocks > 0 ? kGridPersist : kGridRows; }
 
 rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, int grid)
 {
-    const int toks = pq2_decode_tokens_class(m);
+    const int toks = rowblock_tokens_class(m);
 #define PQ2_MATCH_GRID(GK, L, R, U, T, S) \
     if (grid == GK && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S, GK>;
 #define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridRows, L, R, U, T, S)
@@ -718,7 +750,7 @@ rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m,
 
 ring_fn find_ring(int32_t rt, int32_t unroll, int64_t m)
 {
-    const int toks = pq2_decode_tokens_class(m);
+    const int toks = rowblock_tokens_class(m);
 #define PQ2_MATCH(R, U, T) \
     if (rt == (R) && unroll == (U) && toks == (T)) return rowblock_ring_kernel<R, U, T>;
     PQ2_RING_INSTANCES(PQ2_MATCH)
