@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# A/B of kernel variants in ONE device call: builds libpq2 from each source tree, tunes each with
+# tools/tune_decode.py (tiles rt 2; families rowblock, persistent, splits) and prints the best
+# tuned time per shape and M side by side. Same machine, same minutes: variants compare without
+# the run-to-run drift of separate calls.
+#
+# Usage (device tool, carry .whl and the trees): [MS=1,2] bash tools/ab_tune.sh NAME...
+#   NAME "cur" is this working tree; any other NAME is a tree at exp/NAME, e.g. made with
+#   `git archive <commit> | tar -x -C exp/NAME` (exp/ is listed in .git/info/exclude, so carry it).
+# Writes $OUT/tune_NAME.{json,log} and the build logs.
+set -eo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+export PYTHONPATH=$PWD:/tmp/site
+for v in "$@"; do
+  src=exp/$v; [ "$v" = cur ] && src=.
+  test -f "$src/CMakeLists.txt" || { echo "ab_tune: no source tree at $src" >&2; exit 2; }
+  cmake -S "$src" -B "/tmp/ab_$v" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPQ2_CUDA=ON -DPQ2_CUDA_ARCHS="90a-real" \
+    > "$OUT/cmake_$v.log" 2>&1
+done
+for v in "$@"; do
+  cmake --build "/tmp/ab_$v" > "$OUT/build_$v.log" 2>&1 || { echo "build $v failed"; tail -n 20 "$OUT/build_$v.log"; exit 1; }
+done
+cd tools
+for v in "$@"; do
+  PYQ2_LIBRARY=/tmp/ab_$v/libpq2.so python3 tune_decode.py --ms "${MS:-1}" --layouts tiles:2 \
+    --families rowblock,persistent,splits --json "$OUT/tune_$v.json" > "$OUT/tune_$v.log" 2>&1 || echo "tune $v failed"
+done
+python3 - "$@" <<'PY'
+import json, os, sys
+out, names = os.environ["OUT"], sys.argv[1:]
+res = {v: json.load(open(f"{out}/tune_{v}.json")) for v in names if os.path.exists(f"{out}/tune_{v}.json")}
+shapes = ["gate_up", "down", "in_proj", "qkv", "out", "lm_head"]
+for m in sorted({r["m"] for d in res.values() for r in d["rows"]}):
+    print(f"M={m}: " + "  ".join(f"{v:>7}" for v in res))
+    for s in shapes:
+        best = [min((r["us"] for r in d["rows"] if r["shape"] == s and r["m"] == m and r.get("us")), default=float("nan"))
+                for d in res.values()]
+        print(f"  {s:8} " + "  ".join(f"{x:7.1f}" for x in best))
+PY
