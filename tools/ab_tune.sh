@@ -20,7 +20,7 @@ done
 for v in "$@"; do
   cmake --build "/tmp/ab_$v" > "$OUT/build_$v.log" 2>&1 || { echo "build $v failed"; tail -n 20 "$OUT/build_$v.log"; exit 1; }
 done
-cp "/tmp/ab_$first/_cdef.py" pyq2/_cdef.py  # the package's generated declarations (the same ABI in every tree)
+cp "/tmp/ab_$1/_cdef.py" pyq2/_cdef.py  # the package's generated declarations (the same ABI in every tree)
 cd tools
 for v in "$@"; do
   PYQ2_LIBRARY=/tmp/ab_$v/libpq2.so python3 tune_decode.py --ms "${MS:-1}" --layouts tiles:2 \
