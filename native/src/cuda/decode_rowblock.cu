@@ -292,63 +292,63 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
                 acc[r][0][j] = fmaf((float)(d[j] + ns[t]), (j < 2 ? wf.x : wf.y) * xs[t], acc[r][0][j]);
             }
         }
-        return;
-    }
-    uint2 bq[NT][4];
-    float xs[NT][NJ];
-    int ns[NT][NJ];
+    } else {
+        uint2 bq[NT][4];
+        float xs[NT][NJ];
+        int ns[NT][NJ];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
+        for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-        for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + g * 128 + s * 32));
+            for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + g * 128 + s * 32));
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-            xs[nt][j] = __ldg(A.xs[nt][j] + g) * (1.0f / 64.0f);
-            ns[nt][j] = -__ldg(A.sums[nt][j] + g);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < RT; ++r) {
-        const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
-        uint32_t a[4][4];
-        plane_fragments<NT == 2>(w[r], a);
-        if constexpr (NT == 2) {
-            // m > 8: two token blocks share each A fragment. The planes are moved to the top two
-            // bits of every byte (code * 64 for all four: one shift + one mask each), so one
-            // accumulator chains the four MMAs, started from -64 * sum(q), and holds
-            // 64 * dot(code - 1, q) directly: 12 shifts per sub-tile instead of 3 shift-adds
-            // on each of 8 live C registers. The integer is the same as below.
-#pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                const int init[4] = {ns[nt][0] * 64, ns[nt][NJ - 1] * 64, ns[nt][0] * 64, ns[nt][NJ - 1] * 64};
-                int d[4];
-                pq2_mma_u8s8(d, a[0], bq[nt][0].x, bq[nt][0].y, init);
-                pq2_mma_u8s8(d, a[1], bq[nt][1].x, bq[nt][1].y, d);
-                pq2_mma_u8s8(d, a[2], bq[nt][2].x, bq[nt][2].y, d);
-                pq2_mma_u8s8(d, a[3], bq[nt][3].x, bq[nt][3].y, d);
-#pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][j & 1];
-                    acc[r][nt][j] = fmaf((float)d[j], scale, acc[r][nt][j]);
-                }
+            for (int j = 0; j < NJ; ++j) {
+                xs[nt][j] = __ldg(A.xs[nt][j] + g) * (1.0f / 64.0f);
+                ns[nt][j] = -__ldg(A.sums[nt][j] + g);
             }
-        } else {
+        }
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                // All four MMAs start from zero (no C registers to fill), and -64 * sum(q) is
-                // added to the combined integer: the same exact int32 as starting plane 0 from
-                // -sum(q).
-                const int zero[4] = {0, 0, 0, 0};
-                int d0[4], d1[4], d2[4], d3[4];
-                pq2_mma_u8s8(d0, a[0], bq[nt][0].x, bq[nt][0].y, zero);
-                pq2_mma_u8s8(d1, a[1], bq[nt][1].x, bq[nt][1].y, zero);
-                pq2_mma_u8s8(d2, a[2], bq[nt][2].x, bq[nt][2].y, zero);
-                pq2_mma_u8s8(d3, a[3], bq[nt][3].x, bq[nt][3].y, zero);
+        for (int r = 0; r < RT; ++r) {
+            const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
+            uint32_t a[4][4];
+            plane_fragments<NT == 2>(w[r], a);
+            if constexpr (NT == 2) {
+                // m > 8: two token blocks share each A fragment. The planes are moved to the top two
+                // bits of every byte (code * 64 for all four: one shift + one mask each), so one
+                // accumulator chains the four MMAs, started from -64 * sum(q), and holds
+                // 64 * dot(code - 1, q) directly: 12 shifts per sub-tile instead of 3 shift-adds
+                // on each of 8 live C registers. The integer is the same as below.
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j] + ns[nt][j & 1] * 64;
-                    const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][j & 1];
-                    acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
+                for (int nt = 0; nt < NT; ++nt) {
+                    const int init[4] = {ns[nt][0] * 64, ns[nt][NJ - 1] * 64, ns[nt][0] * 64, ns[nt][NJ - 1] * 64};
+                    int d[4];
+                    pq2_mma_u8s8(d, a[0], bq[nt][0].x, bq[nt][0].y, init);
+                    pq2_mma_u8s8(d, a[1], bq[nt][1].x, bq[nt][1].y, d);
+                    pq2_mma_u8s8(d, a[2], bq[nt][2].x, bq[nt][2].y, d);
+                    pq2_mma_u8s8(d, a[3], bq[nt][3].x, bq[nt][3].y, d);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][j & 1];
+                        acc[r][nt][j] = fmaf((float)d[j], scale, acc[r][nt][j]);
+                    }
+                }
+            } else {
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt) {
+                    // All four MMAs start from zero (no C registers to fill), and -64 * sum(q) is
+                    // added to the combined integer: the same exact int32 as starting plane 0 from
+                    // -sum(q).
+                    const int zero[4] = {0, 0, 0, 0};
+                    int d0[4], d1[4], d2[4], d3[4];
+                    pq2_mma_u8s8(d0, a[0], bq[nt][0].x, bq[nt][0].y, zero);
+                    pq2_mma_u8s8(d1, a[1], bq[nt][1].x, bq[nt][1].y, zero);
+                    pq2_mma_u8s8(d2, a[2], bq[nt][2].x, bq[nt][2].y, zero);
+                    pq2_mma_u8s8(d3, a[3], bq[nt][3].x, bq[nt][3].y, zero);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j] + ns[nt][j & 1] * 64;
+                        const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][j & 1];
+                        acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
+                    }
                 }
             }
         }
@@ -551,16 +551,14 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                              GRID != kGridSplit) {
             // m == 1, one unit per batch: running pointers too, but each unit's loads stay at the
             // top of its own iteration (the i > 0 test keeps ptxas from hoisting them into the
-            // previous unit's compute, which v9f measured slower): 111 -> 101 instructions per
+            // previous unit's compute, which v9f measured slower): 111 -> 97 instructions per
             // unit, 50 -> 56 registers. Not for m == 2, where gate_up lost 7% (NOTES v10c), nor
             // rt 1 (ptxas then spills).
             act_ptrs<NT, NJ> a = A;
             for (int i = 0; i < len; ++i) {
-                if (i > 0) {
-                    src.codes += RT * 512, src.scales += RT * 8;
-                    src.load(b0, 0, 1);
-                }
+                if (i > 0) src.load(b0, 0, 1);
                 compute_batch<RT, U, NT, TOKS>(b0, 0, 1, a, cp, acc);
+                src.codes += RT * 512, src.scales += RT * 8;
                 a.q[0] += 128;
 #pragma unroll
                 for (int j = 0; j < NJ; ++j) a.xs[0][j] += 1, a.sums[0][j] += 1;
