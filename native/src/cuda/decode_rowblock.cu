@@ -551,14 +551,17 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                              GRID != kGridSplit) {
             // m == 1, one unit per batch: running pointers too, but each unit's loads stay at the
             // top of its own iteration (the i > 0 test keeps ptxas from hoisting them into the
-            // previous unit's compute, which v9f measured slower): 111 -> 97 instructions per
-            // unit, 50 -> 56 registers. Not for m == 2, where gate_up lost 7% (NOTES v10c), nor
+            // previous unit's compute, which v9f measured slower): 111 -> 101 instructions per
+            // unit, 50 -> 56 registers. (Bumping the weight pointers after the compute as well
+            // saves 4 more but was 1-2% slower in an A/B, NOTES v10d.) Not for m == 2, where gate_up lost 7% (NOTES v10c), nor
             // rt 1 (ptxas then spills).
             act_ptrs<NT, NJ> a = A;
             for (int i = 0; i < len; ++i) {
-                if (i > 0) src.load(b0, 0, 1);
+                if (i > 0) {
+                    src.codes += RT * 512, src.scales += RT * 8;
+                    src.load(b0, 0, 1);
+                }
                 compute_batch<RT, U, NT, TOKS>(b0, 0, 1, a, cp, acc);
-                src.codes += RT * 512, src.scales += RT * 8;
                 a.q[0] += 128;
 #pragma unroll
                 for (int j = 0; j < NJ; ++j) a.xs[0][j] += 1, a.sums[0][j] += 1;
