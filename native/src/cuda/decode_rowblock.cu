@@ -410,21 +410,15 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &
 }
 
 // Sums the warps' accumulators in warp order (deterministic) through `red` (shared memory,
-// warps * RT * NT * 128 floats, free for this use) and stores the row block's outputs. SPLIT:
+// warps * RT * NT * 128 floats, free for this use) and stores the row block's outputs (acc is
+// used up: column planes combine their lanes in it first). SPLIT:
 // the block holds split `split` of p.splits of row block rb's groups: it writes its sums to
 // p.partial and the last of the row block's blocks to arrive adds the splits' partials in split
 // order (deterministic whichever block is last) and stores them.
 template <int RT, int NT, int TOKS, bool SPLIT>
 __device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float *red, int rb, int split, int warp,
-                                             int warps, int lane, const float (&acc_in)[RT][NT][4])
+                                             int warps, int lane, float (&acc)[RT][NT][4])
 {
-    float acc[RT][NT][4];
-#pragma unroll
-    for (int r = 0; r < RT; ++r)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int j = 0; j < 4; ++j) acc[r][nt][j] = acc_in[r][nt][j];
     if constexpr (kColumnPlanes<TOKS>) {
         // Column planes (unit_mma): lane tq holds 4^tq * its plane's share of rows gid, gid+8
         // (tokens 0, 1); scaled back exactly (a power of two) and summed over the four lanes in
