@@ -160,6 +160,8 @@ struct weight_src<PQ2_LAYOUT_TILES, RT, U> {
     {
         load_batch<RT, U>(b, codes + (size_t)i * (RT * 512), scales + i * (RT * 8), n);
     }
+    // Running pointers: unit 0 becomes unit `units`.
+    __device__ __forceinline__ void advance(int units) { codes += units * (RT * 512), scales += units * (RT * 8); }
 };
 
 template <int RT, int U>
@@ -202,6 +204,13 @@ struct act_ptrs {
     const float *xs[NT][NJ];   // [g]
     const int32_t *sums[NT][NJ];
     int g0;  // group of unit index 0 relative to the pointers (act_setup)
+    // Running pointers (column planes, one token block): group 0 becomes group `units`.
+    __device__ __forceinline__ void advance(int units)
+    {
+        q[0] += units * 128;
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) xs[0][j] += units, sums[0][j] += units;
+    }
 };
 
 // Token classes of the row-block kernels (template TOKS): 1 (m == 1), 2 (m == 2), 8 (m <= 8) and
@@ -247,6 +256,17 @@ __device__ __forceinline__ void plane_fragments(const uint4 &w, uint32_t (&a)[4]
     a[3][0] = plane_of<TOP, 3>(w.x), a[3][1] = plane_of<TOP, 3>(w.z), a[3][2] = plane_of<TOP, 3>(w.y), a[3][3] = plane_of<TOP, 3>(w.w);
 }
 
+// d = the four plane MMAs (A fragments a[s], B fragments b[s]) chained into one accumulator
+// started from c (int32, exact).
+__device__ __forceinline__ void mma_planes_chained(int (&d)[4], const uint32_t (&a)[4][4], const uint2 (&b)[4],
+                                                   const int (&c)[4])
+{
+    pq2_mma_u8s8(d, a[0], b[0].x, b[0].y, c);
+    pq2_mma_u8s8(d, a[1], b[1].x, b[1].y, d);
+    pq2_mma_u8s8(d, a[2], b[2].x, b[2].y, d);
+    pq2_mma_u8s8(d, a[3], b[3].x, b[3].y, d);
+}
+
 // Accumulates one unit (group g; the lane's code bytes w[r] and scale words sc[r] of its RT
 // sub-tiles) into acc.
 template <int RT, int NT, int TOKS>
@@ -255,7 +275,6 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
                                          float (&acc)[RT][NT][4])
 {
     constexpr int NJ = TOKS == 1 ? 1 : 2;
-    if constexpr (!kColumnPlanes<TOKS>) g += A.g0;
     if constexpr (kColumnPlanes<TOKS>) {
         // m <= 2, column planes: the MMA's 8 columns would carry copies of the one or two
         // tokens, so column pair {2s, 2s+1} carries activation plane s of tokens 0 and 1
@@ -282,10 +301,7 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
             plane_fragments<false>(w[r], a);
             const int zero[4] = {0, 0, 0, 0};
             int d[4];
-            pq2_mma_u8s8(d, a[0], cp.b[0].x, cp.b[0].y, zero);
-            pq2_mma_u8s8(d, a[1], cp.b[1].x, cp.b[1].y, d);
-            pq2_mma_u8s8(d, a[2], cp.b[2].x, cp.b[2].y, d);
-            pq2_mma_u8s8(d, a[3], cp.b[3].x, cp.b[3].y, d);
+            mma_planes_chained(d, a, cp.b, zero);
 #pragma unroll
             for (int j = 0; j < 4; j += 3 - NJ) {  // m == 1: column 2tq only
                 const int t = j & (NJ - 1);
@@ -293,6 +309,7 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
             }
         }
     } else {
+        g += A.g0;
         uint2 bq[NT][4];
         float xs[NT][NJ];
         int ns[NT][NJ];
@@ -321,10 +338,7 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
                 for (int nt = 0; nt < NT; ++nt) {
                     const int init[4] = {ns[nt][0] * 64, ns[nt][NJ - 1] * 64, ns[nt][0] * 64, ns[nt][NJ - 1] * 64};
                     int d[4];
-                    pq2_mma_u8s8(d, a[0], bq[nt][0].x, bq[nt][0].y, init);
-                    pq2_mma_u8s8(d, a[1], bq[nt][1].x, bq[nt][1].y, d);
-                    pq2_mma_u8s8(d, a[2], bq[nt][2].x, bq[nt][2].y, d);
-                    pq2_mma_u8s8(d, a[3], bq[nt][3].x, bq[nt][3].y, d);
+                    mma_planes_chained(d, a, bq[nt], init);
 #pragma unroll
                     for (int j = 0; j < 4; ++j) {
                         const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][j & 1];
@@ -537,8 +551,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                 compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, cp, acc);
                 i += U;
                 if (i >= len) break;
-                src.codes += U * RT * 512, src.scales += U * RT * 8;
-                a.q[0] += U * 128, a.xs[0][0] += U, a.sums[0][0] += U;
+                src.advance(U), a.advance(U);
                 src.load(b0, 0, min(len - i, U));
             }
         } else if constexpr (STAGES == 1 && LAYOUT == PQ2_LAYOUT_TILES && TOKS == 1 && U == 1 && RT > 1 &&
@@ -546,19 +559,17 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             // m == 1, one unit per batch: running pointers too, but each unit's loads stay at the
             // top of its own iteration (the i > 0 test keeps ptxas from hoisting them into the
             // previous unit's compute, which v9f measured slower): 111 -> 101 instructions per
-            // unit, 50 -> 56 registers. (Bumping the weight pointers after the compute as well
-            // saves 4 more but was 1-2% slower in an A/B, NOTES v10d.) Not for m == 2, where gate_up lost 7% (NOTES v10c), nor
-            // rt 1 (ptxas then spills).
+            // unit, 50 -> 56 registers. Advancing the weight pointers after the compute as well
+            // saves 4 more but was 1-2% slower in an A/B (NOTES v10d). Not for m == 2, where
+            // gate_up lost 7% (NOTES v10c), nor rt 1 (ptxas then spills).
             act_ptrs<NT, NJ> a = A;
             for (int i = 0; i < len; ++i) {
                 if (i > 0) {
-                    src.codes += RT * 512, src.scales += RT * 8;
+                    src.advance(1);
                     src.load(b0, 0, 1);
                 }
                 compute_batch<RT, U, NT, TOKS>(b0, 0, 1, a, cp, acc);
-                a.q[0] += 128;
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) a.xs[0][j] += 1, a.sums[0][j] += 1;
+                a.advance(1);
             }
         } else if constexpr (STAGES == 1) {
             for (int i = 0; i < len; i += U) {
@@ -676,64 +687,70 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 
 // ---- instances ------------------------------------------------------------------------------
 // Register kernels: layout x RT (sub-tiles per unit; TILES: = the layout's rt) x U (units per
-// batch) x TOKS (1: m == 1; 2: m == 2; 8: m <= 8; 16: m <= 16) x STAGES (1: load then compute; 2: next batch
-// loads during this one). Only the combinations ptxas compiles without spills
+// batch) x TOKS (1: m == 1; 2: m == 2; 8: m <= 8; 16: m <= 16) x STAGES (1: load then compute;
+// 2: next batch loads during this one). Only the combinations ptxas compiles without spills
 // (tools/ptxas_report.py; batches of at most 4 sub-tiles, and tiles rt 2 U 4 stages 1 for
 // m <= 8: 8 sub-tiles); tiles rt 4 serves m <= 8 (larger m goes to the stream family).
 #define PQ2_T12(X, L, R, U, S) X(L, R, U, 1, S) X(L, R, U, 2, S)  // m == 1 and m == 2 (column planes)
-#define PQ2_ROWBLOCK_ALL_TOKS(X, L, R, U) X(L, R, U, 1, 1) X(L, R, U, 2, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) X(L, R, U, 1, 2) X(L, R, U, 2, 2) X(L, R, U, 8, 2) X(L, R, U, 16, 2)
-#define PQ2_ROWBLOCK_LEAN_16(X, L, R, U) X(L, R, U, 1, 1) X(L, R, U, 2, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) X(L, R, U, 1, 2) X(L, R, U, 2, 2) X(L, R, U, 8, 2)
-#define PQ2_ROWBLOCK_INSTANCES(X)                                                                        \
+#define PQ2_ROWBLOCK_ALL_TOKS(X, L, R, U) \
+    PQ2_T12(X, L, R, U, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) PQ2_T12(X, L, R, U, 2) X(L, R, U, 8, 2) X(L, R, U, 16, 2)
+#define PQ2_ROWBLOCK_LEAN_16(X, L, R, U) \
+    PQ2_T12(X, L, R, U, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) PQ2_T12(X, L, R, U, 2) X(L, R, U, 8, 2)
+#define PQ2_ROWBLOCK_INSTANCES(X)                                                                         \
     PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 2)     \
     PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 1, 4) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1)                 \
-    X(PQ2_LAYOUT_TILES, 2, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 1, 2)     \
-    X(PQ2_LAYOUT_TILES, 2, 1, 8, 2)                                                                      \
-    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) PQ2_T12(X, PQ2_LAYOUT_TILES, 4, 1, 1)                      \
-    X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) X(PQ2_LAYOUT_TILES, 4, 1, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 8, 2)     \
-    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                      \
-    X(PQ2_LAYOUT_PLANES, 1, 1, 2, 1) X(PQ2_LAYOUT_PLANES, 1, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 1, 1, 16, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 1, 1, 2)   \
-    X(PQ2_LAYOUT_PLANES, 1, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 1, 1, 16, 2)                                      \
-    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)                                                      \
-    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 1, 2)   \
-    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 2) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 1)  \
-    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
+    X(PQ2_LAYOUT_TILES, 2, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 1, 2)      \
+    X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2)                       \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 4, 1, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 1)                                 \
+    X(PQ2_LAYOUT_TILES, 4, 1, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 8, 2)                                       \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                 \
+    X(PQ2_LAYOUT_PLANES, 1, 1, 2, 1) X(PQ2_LAYOUT_PLANES, 1, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 1, 1, 16, 1)   \
+    PQ2_T12(X, PQ2_LAYOUT_PLANES, 1, 1, 2) X(PQ2_LAYOUT_PLANES, 1, 1, 8, 2)                               \
+    X(PQ2_LAYOUT_PLANES, 1, 1, 16, 2) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)                   \
+    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1)                                    \
+    PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2)                               \
+    X(PQ2_LAYOUT_PLANES, 2, 1, 16, 2) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 1)                              \
+    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2)                               \
+    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 // Left out since the column planes (spills, NOTES v10a): planes rt 1 U 1 m=1 stages 1, tiles rt 2
 // U 1 m=2 stages 2.
 // The persistent register kernels (config blocks > 0): tiles, the same combinations less those
 // that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m=1 stages 1; rt 4 U 1 m<=8 stages 2;
 // since the column planes also rt 1 U 2 m=1 stages 2, rt 2 U 1 m=1 stages 2 and rt 2 U 2 m=1
 // stages 1).
-#define PQ2_PERSIST_INSTANCES(X)                                                                     \
-    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 2, 1)            \
-    X(PQ2_LAYOUT_TILES, 1, 2, 8, 1) X(PQ2_LAYOUT_TILES, 1, 2, 16, 1) X(PQ2_LAYOUT_TILES, 1, 2, 2, 2)  \
-    X(PQ2_LAYOUT_TILES, 1, 2, 8, 2) X(PQ2_LAYOUT_TILES, 1, 2, 16, 2)                                  \
-    X(PQ2_LAYOUT_TILES, 1, 4, 2, 1) X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1)    \
-    PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 4, 2) X(PQ2_LAYOUT_TILES, 1, 4, 8, 2)                              \
-    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) \
-    X(PQ2_LAYOUT_TILES, 2, 1, 2, 2) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2)                                    \
-    X(PQ2_LAYOUT_TILES, 2, 2, 2, 1) X(PQ2_LAYOUT_TILES, 2, 2, 8, 1) X(PQ2_LAYOUT_TILES, 2, 2, 16, 1)    \
-    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 2, 2) X(PQ2_LAYOUT_TILES, 2, 2, 8, 2)                              \
-    X(PQ2_LAYOUT_TILES, 4, 1, 2, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1) \
-    X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
+#define PQ2_PERSIST_INSTANCES(X)                                                                          \
+    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 2, 1)                \
+    X(PQ2_LAYOUT_TILES, 1, 2, 8, 1) X(PQ2_LAYOUT_TILES, 1, 2, 16, 1) X(PQ2_LAYOUT_TILES, 1, 2, 2, 2)      \
+    X(PQ2_LAYOUT_TILES, 1, 2, 8, 2) X(PQ2_LAYOUT_TILES, 1, 2, 16, 2) X(PQ2_LAYOUT_TILES, 1, 4, 2, 1)      \
+    X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1)                                      \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 4, 2) X(PQ2_LAYOUT_TILES, 1, 4, 8, 2)                                 \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 8, 1)                                 \
+    X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 2, 2) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2)      \
+    X(PQ2_LAYOUT_TILES, 2, 2, 2, 1) X(PQ2_LAYOUT_TILES, 2, 2, 8, 1) X(PQ2_LAYOUT_TILES, 2, 2, 16, 1)      \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 2, 2) X(PQ2_LAYOUT_TILES, 2, 2, 8, 2)                                 \
+    X(PQ2_LAYOUT_TILES, 4, 1, 2, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 1)                                       \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)
 
 // The ring kernels (stages >= 3): RT x U (units per slot) x TOKS, slots of at most 4 sub-tiles;
 // rt 4 serves m <= 8 (spills at 16).
 #define PQ2_RING_TOKS(X, R, U) X(R, U, 1) X(R, U, 2) X(R, U, 8) X(R, U, 16)
-#define PQ2_RING_INSTANCES(X)                                                                   \
-    PQ2_RING_TOKS(X, 1, 1) PQ2_RING_TOKS(X, 1, 2) PQ2_RING_TOKS(X, 1, 4) PQ2_RING_TOKS(X, 2, 1) \
+#define PQ2_RING_INSTANCES(X)                                                                             \
+    PQ2_RING_TOKS(X, 1, 1) PQ2_RING_TOKS(X, 1, 2) PQ2_RING_TOKS(X, 1, 4) PQ2_RING_TOKS(X, 2, 1)           \
     PQ2_RING_TOKS(X, 2, 2) X(4, 1, 1) X(4, 1, 2) X(4, 1, 8)
 
 // The split register kernels (config splits > 1): tiles rt 2 and planes rt 1-2 (the layouts'
 // usual row blocks), the register kernels' combinations less planes rt 2 U 1 m > 8 stages 2 and
 // tiles rt 2 U 1 m <= 8 stages 1 (spill).
-#define PQ2_SPLIT_INSTANCES(X)                                                                           \
-    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 2)     \
-    X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2)                      \
-    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                      \
-    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2)   \
-    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1) X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 1, 2)   \
-    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 1)                                      \
-    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2) X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
+#define PQ2_SPLIT_INSTANCES(X)                                                                            \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1)                                \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 2) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2)                                 \
+    PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1)                 \
+    X(PQ2_LAYOUT_TILES, 2, 4, 8, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 1)                     \
+    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1)                    \
+    X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 1, 2)                              \
+    X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 1)                               \
+    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2)                               \
+    X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 
 using rowblock_fn = void (*)(const pq2_decode_problem);
 
