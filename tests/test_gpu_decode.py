@@ -192,12 +192,16 @@ def test_model_shapes(name, layout, rt):
 
 
 # (rt, warps, unroll, stages): register batches of 2 units x rt 2, and the bulk-copy ring
-ROWBLOCK_BY_TOKS = {1: [(2, 8, 2, 2), (2, 8, 1, 4)], 2: [(2, 8, 1, 1), (2, 4, 2, 3)], 8: [(2, 8, 2, 2), (2, 4, 2, 3)],
+ROWBLOCK_BY_TOKS = {1: [(2, 8, 2, 2), (2, 8, 1, 4)],
+                    2: [(2, 8, 1, 1), (2, 4, 2, 3)],
+                    8: [(2, 8, 2, 2), (2, 4, 2, 3)],
                     16: [(2, 8, 2, 1), (2, 8, 1, 4)]}
 
 
 # planes: (rt, warps, unroll, stages) of register kernels compiled for the planes layout
-ROWBLOCK_PLANES_BY_TOKS = {1: [(2, 8, 1, 2), (1, 16, 2, 1)], 2: [(2, 8, 1, 2), (1, 4, 2, 1)], 8: [(2, 8, 2, 2), (1, 4, 2, 1)],
+ROWBLOCK_PLANES_BY_TOKS = {1: [(2, 8, 1, 2), (1, 16, 2, 1)],
+                           2: [(2, 8, 1, 2), (1, 4, 2, 1)],
+                           8: [(2, 8, 2, 2), (1, 4, 2, 1)],
                            16: [(2, 8, 1, 1), (1, 8, 2, 2)]}
 
 
@@ -212,14 +216,20 @@ def check_rowblock_every_m(shape, layout, layout_rt, by_toks, content="ternary",
 
 
 # persistent grids, (warps, unroll, stages, blocks per SM); rt = the layout's
-ROWBLOCK_PERSIST_BY_TOKS = {1: [(16, 1, 1, 1), (4, 2, 2, 3)], 2: [(8, 1, 1, 2), (4, 2, 2, 3)], 8: [(8, 1, 1, 1), (2, 1, 1, 2)],
+ROWBLOCK_PERSIST_BY_TOKS = {1: [(16, 1, 1, 1), (4, 2, 2, 3)],
+                            2: [(8, 1, 1, 2), (4, 2, 2, 3)],
+                            8: [(8, 1, 1, 1), (2, 1, 1, 2)],
                             16: [(8, 1, 1, 1), (4, 2, 1, 2)]}
 
 
 # split row blocks, (rt, warps, unroll, stages, 0, splits) per token class
-ROWBLOCK_SPLIT_BY_TOKS = {1: [(2, 16, 1, 1, 0, 2), (2, 8, 2, 2, 0, 4)], 2: [(2, 8, 1, 1, 0, 3), (2, 4, 2, 2, 0, 2)], 8: [(2, 8, 1, 2, 0, 3), (2, 4, 2, 1, 0, 2)],
+ROWBLOCK_SPLIT_BY_TOKS = {1: [(2, 16, 1, 1, 0, 2), (2, 8, 2, 2, 0, 4)],
+                          2: [(2, 8, 1, 1, 0, 3), (2, 4, 2, 2, 0, 2)],
+                          8: [(2, 8, 1, 2, 0, 3), (2, 4, 2, 1, 0, 2)],
                           16: [(2, 8, 1, 1, 0, 4), (2, 4, 2, 1, 0, 3)]}
-ROWBLOCK_SPLIT_PLANES_BY_TOKS = {1: [(1, 8, 1, 2, 0, 2), (2, 8, 2, 1, 0, 3)], 2: [(1, 8, 1, 2, 0, 2), (2, 8, 2, 1, 0, 3)], 8: [(2, 8, 2, 2, 0, 4), (1, 4, 1, 1, 0, 2)],
+ROWBLOCK_SPLIT_PLANES_BY_TOKS = {1: [(1, 8, 1, 2, 0, 2), (2, 8, 2, 1, 0, 3)],
+                                 2: [(1, 8, 1, 2, 0, 2), (2, 8, 2, 1, 0, 3)],
+                                 8: [(2, 8, 2, 2, 0, 4), (1, 4, 1, 1, 0, 2)],
                                  16: [(2, 8, 1, 1, 0, 2), (1, 8, 2, 2, 0, 3)]}
 
 
