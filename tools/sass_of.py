@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """SASS of selected kernel instances, with an opcode histogram per function and, with --loops,
-the size and histogram of each hot loop (a backward branch whose body holds an IMMA).
+the size and histogram of each hot loop (a backward branch whose body holds an IMMA or BMMA).
 
 Works without a GPU: give a built libpq2 or a native/src/cuda/*.cu file (compiled here for
 sm_90a to a cubin). Needs cuobjdump: the CUDA toolkit's, or the one in the pip wheel
@@ -43,12 +43,12 @@ def instructions(text: str):
 
 
 def hot_loops(ins):
-    """Bodies of the backward-branch loops that hold an IMMA (innermost first by address)."""
+    """Bodies of the backward-branch loops that hold an IMMA or BMMA (innermost first by address)."""
     for addr, text in ins:
         m = re.search(r"BRA (0x[0-9a-f]+)", text)
         if m and int(m.group(1), 16) < addr:
             body = [t for a, t in ins if int(m.group(1), 16) <= a <= addr]
-            if any(opcode(t) == "IMMA" for t in body):
+            if any(opcode(t) in ("IMMA", "BMMA") for t in body):
                 yield body
 
 

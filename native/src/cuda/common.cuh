@@ -1,5 +1,6 @@
 // common.cuh - what every CUDA file of libpq2 shares: error plumbing, dtype conversion, the
-// int8 MMA wrapper and THE one GPU helper that knows the PQ2 2-bit code order (pq2_plane).
+// int8 and binary MMA wrappers and THE GPU helpers that know the PQ2 2-bit code order (pq2_plane,
+// and the bit-sliced activations' order, PQ2_BITS_*).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -115,3 +116,27 @@ __device__ __forceinline__ void pq2_mma_u8s8(int (&d)[4], const uint32_t (&a)[4]
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]),
                    "r"(c[1]), "r"(c[2]), "r"(c[3]));
 }
+
+// D = A(16x256 b1, row) AND-POPC B(256x8 b1, col) + C: d[i][j] += popc(A row i & B column j),
+// int32 exact. The bit-sliced decode core (m <= 2, decode_rowblock.cu) reads the lane's 16 code
+// bytes of a sub-tile as A unchanged: bit 2s+e of code byte b is bit e of weight 4b+s's code.
+__device__ __forceinline__ void pq2_bmma_and_popc(int (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                  uint32_t b1, const int (&c)[4])
+{
+    asm("mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};\n"
+        : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]),
+          "r"(c[2]), "r"(c[3]));
+}
+
+// ---- bit-sliced activations (workspace only; the m <= 2 row-block kernels) -------------------
+// Per token and 128-group, 128 words (512 bytes): word (b*4 + tq)*4 + w for bit b of the q8
+// byte (two's complement: bit 7 weighs -128), lane quad tq (0..3) and w in 0..3:
+//   w = 0, 1 ("B1"): bits 8c + 2s and 8c + 2s + 1 both hold bit b of q of element
+//                    32*tq + 16*w + 4*c + s (c, s in 0..3);
+//   w = 2, 3 ("B2"): word w - 2 AND 0xAAAAAAAA (the odd bits only).
+// So B1 meets both bits of the code of the same weight in a lane's code word (tiles and planes
+// lanes hold code bytes tq*8 + 4w + c), and AND-POPC(codes, B1) + AND-POPC(codes, B2) is
+// sum(code * bit b of q): the integer dot of bit plane b, exactly.
+#define PQ2_BITS_GROUP_WORDS 128

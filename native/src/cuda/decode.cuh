@@ -9,6 +9,7 @@ struct pq2_decode_problem {
     const int8_t *q8;        // [m][k] plane order
     const float *xs;         // [m][k/128]
     const int32_t *sums;     // [m][k/128]
+    const uint32_t *xbits;   // [m][k/128][PQ2_BITS_GROUP_WORDS] bit-sliced q8 (pq2_decode_needs_bits)
     void *y;                 // [m][n], y_dtype
     float *partial;          // partial sums of row blocks split between warps [2 * warps][m][16*rt]
     uint32_t *counters;      // arrival counters, one per row block, zero on entry
@@ -19,6 +20,13 @@ struct pq2_decode_problem {
 
 // The token class of m, which picks a kernel instance: 1 (m == 1), 8 (m <= 8) or 16.
 static inline int pq2_decode_tokens_class(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
+
+// True when the call's kernel reads the bit-sliced activations (common.cuh): the row-block
+// family at m <= 2.
+static inline bool pq2_decode_needs_bits(const pq2_decode_config &cfg, int64_t m)
+{
+    return cfg.family == PQ2_DECODE_ROWBLOCK && m <= 2;
+}
 
 // Row blocks (blocks along N) of a configuration: ceil(n / (16 * rt)).
 __host__ __device__ inline int64_t pq2_decode_row_blocks(int64_t n, int32_t rt) { return (n + 16 * rt - 1) / (16 * rt); }

@@ -107,7 +107,7 @@ pq2_decode_config choose_config(const pq2_view &v, int64_t m)
 
 // Workspace carving, every region 256-byte aligned.
 struct workspace_plan {
-    size_t q8, xs, sums, counters, partial, total;
+    size_t q8, xs, sums, bits, counters, partial, total;
 };
 
 size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -119,6 +119,8 @@ workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_decode_con
     w.q8 = off, off = align256(off + (size_t)m * v.k);
     w.xs = off, off = align256(off + (size_t)m * v.groups * sizeof(float));
     w.sums = off, off = align256(off + (size_t)m * v.groups * sizeof(int32_t));
+    const size_t bits = pq2_decode_needs_bits(cfg, m) ? (size_t)m * v.groups * PQ2_BITS_GROUP_WORDS : 0;
+    w.bits = off, off = align256(off + bits * sizeof(uint32_t));
     const size_t counters = pq2_decode_counters(cfg, v.n);
     w.counters = off, off = align256(off + counters * sizeof(uint32_t));
     const size_t partial = cfg.family == PQ2_DECODE_STREAM ? (size_t)2 * blocks * cfg.warps * m * 16 * cfg.rt
@@ -177,6 +179,7 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.codes = v.data;
     p.wscales = reinterpret_cast<const uint16_t *>(v.data + v.scale_offset);
     p.q8 = q8, p.xs = xs, p.sums = sums, p.y = y;
+    p.xbits = reinterpret_cast<const uint32_t *>(ws + plan.bits);
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
@@ -280,7 +283,8 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     int8_t *q8 = reinterpret_cast<int8_t *>(c.ws + c.plan.q8);
     float *xs = reinterpret_cast<float *>(c.ws + c.plan.xs);
     int32_t *sums = reinterpret_cast<int32_t *>(c.ws + c.plan.sums);
-    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums,
+    uint32_t *bits = pq2_decode_needs_bits(c.cfg, m) ? reinterpret_cast<uint32_t *>(c.ws + c.plan.bits) : nullptr;
+    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, bits,
                                   reinterpret_cast<uint32_t *>(c.ws + c.plan.counters), n_counters,
                                   pq2_pdl_ok(), s));
     PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, xs, sums, y, y_dtype, c.ws, c.plan, pq2_pdl_ok(), s));
@@ -309,6 +313,9 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     // clears them in its quantiser).
     if (pq2_decode_counters(c.cfg, c.v.n) > 0)
         PQ2_CUDA_TRY(fn, cudaMemsetAsync(c.ws + c.plan.counters, 0, c.plan.partial - c.plan.counters, s));
+    // The m <= 2 row-block kernels read the bit-sliced copy of q8: made here, in the workspace.
+    if (pq2_decode_needs_bits(c.cfg, m))
+        PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, reinterpret_cast<uint32_t *>(c.ws + c.plan.bits), s));
     PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, false, s));
     return pq2_ok();
 }

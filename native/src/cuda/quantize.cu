@@ -1,11 +1,36 @@
 // quantize.cu - group-128 Q8 activation quantisation on the GPU (FORMATS.md), bit-exact with
 // pq2_quantize_q8_host: scale = max|x| * (1.0f/127), q = clamp(rint(x / scale), -127, 127) with a
-// correctly rounded fp32 division, plane order q8[g*128 + (i%4)*32 + i/4], int32 group sums.
+// correctly rounded fp32 division, plane order q8[g*128 + (i%4)*32 + i/4], int32 group sums;
+// optionally also the bit-sliced copy of the q8 the m <= 2 row-block kernels read (common.cuh,
+// PQ2_BITS_GROUP_WORDS), here or from existing q8 (pq2_bitslice_launch).
 #include "quantize.cuh"
 
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+
+// One warp writes the 128 bit-sliced words of one group (common.cuh) from the q of elements
+// 4*lane + s (s = 0..3). For each bit b every lane spreads its four bits to bits 2s, 2s+1 of a
+// byte, the lane quad ORs its bytes into one word (lane c of the quad: byte c, the elements
+// 4*(4*quad + c) + s, quad = 2*tq + w), and lane c of the quad stores bits c and c + 4.
+__device__ __forceinline__ void bitslice_group(const int (&q)[4], int lane, uint32_t *__restrict__ out)
+{
+    const uint32_t packed = (uint32_t)(q[0] & 0xff) | (uint32_t)(q[1] & 0xff) << 8 |
+                            (uint32_t)(q[2] & 0xff) << 16 | (uint32_t)(q[3] & 0xff) << 24;
+    const int c = lane & 3, quad = lane >> 2, tq = quad >> 1, w = quad & 1;
+#pragma unroll
+    for (int b = 0; b < 8; ++b) {
+        const uint32_t m = (packed >> b) & 0x01010101u;             // bit b of q[s] at 8s
+        const uint32_t n = (m | m >> 6 | m >> 12 | m >> 18) & 0x55u;  // ... at 2s
+        uint32_t word = (n * 3u) << (8 * c);
+        word |= __shfl_xor_sync(0xffffffffu, word, 1);
+        word |= __shfl_xor_sync(0xffffffffu, word, 2);
+        if ((b & 3) == c) {
+            out[(b * 4 + tq) * 4 + w] = word;
+            out[(b * 4 + tq) * 4 + 2 + w] = word & 0xAAAAAAAAu;
+        }
+    }
+}
 
 template <int DTYPE>
 __device__ __forceinline__ void load4(const void *x, size_t i, float (&v)[4])
@@ -32,7 +57,7 @@ template <int DTYPE>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__restrict__ q8,
                    float *__restrict__ scales, int32_t *__restrict__ sums,
-                   uint32_t *__restrict__ zero, int32_t n_zero)
+                   uint32_t *__restrict__ bits, uint32_t *__restrict__ zero, int32_t n_zero)
 {
     // Programmatic dependent launch, both ways. This grid may start before the previous kernel
     // of the stream ends (it is launched as its dependent): it reads x and touches the workspace
@@ -59,7 +84,7 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
     const float scale = amax * (1.0f / 127.0f);
     const float div = scale > 0.0f ? scale : 1.0f;
     int8_t *out = q8 + (size_t)row * k + g * 128 + lane;
-    int sum = 0;
+    int sum = 0, qs[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
         // __fdiv_rn: the correctly rounded division the spec names, even under fast-math flags.
@@ -68,7 +93,9 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
         const int qi = q == q ? (int)fminf(127.0f, fmaxf(-127.0f, q)) : 0;
         out[j * 32] = (int8_t)qi;
         sum += qi;
+        qs[j] = qi;
     }
+    if (bits) bitslice_group(qs, lane, bits + (size_t)task * PQ2_BITS_GROUP_WORDS);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane == 0) {
@@ -77,11 +104,37 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
     }
 }
 
+// The bit-sliced copy of existing q8 (plane order: element 4*lane + s of group g at
+// q8[g*128 + s*32 + lane]), one warp per (row, group).
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+bitslice_kernel(const int8_t *__restrict__ q8, int64_t tasks, uint32_t *__restrict__ bits)
+{
+    const int lane = threadIdx.x & 31;
+    const int64_t task = (int64_t)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+    if (task >= tasks) return;
+    const int8_t *in = q8 + task * 128 + lane;
+    const int q[4] = {in[0], in[32], in[64], in[96]};
+    bitslice_group(q, lane, bits + (size_t)task * PQ2_BITS_GROUP_WORDS);
+}
+
 }  // namespace
+
+pq2_status pq2_bitslice_launch(const char *fn, const int8_t *q8, int64_t m, int64_t k, uint32_t *bits,
+                               cudaStream_t stream)
+{
+    const int64_t tasks = m * (k >> 7);
+    const int64_t blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    if (blocks > INT32_MAX)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld k=%lld is too large", fn, (long long)m,
+                             (long long)k);
+    bitslice_kernel<<<(unsigned)blocks, kWarpsPerBlock * 32, 0, stream>>>(q8, tasks, bits);
+    return pq2_launch_status(fn);
+}
 
 pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m,
                                int64_t k, int8_t *q8, float *scales, int32_t *sums,
-                               uint32_t *zero, int32_t n_zero, bool pdl, cudaStream_t stream)
+                               uint32_t *bits, uint32_t *zero, int32_t n_zero, bool pdl,
+                               cudaStream_t stream)
 {
     const int64_t tasks = m * (k >> 7);
     const int64_t blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
@@ -91,13 +144,13 @@ pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, i
     pq2_launch l((unsigned)blocks, kWarpsPerBlock * 32, 0, stream, pdl);
     switch (x_dtype) {
     case PQ2_DTYPE_F32:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8, scales, sums, zero, n_zero));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8, scales, sums, bits, zero, n_zero));
         break;
     case PQ2_DTYPE_F16:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F16>, x, m, k, q8, scales, sums, zero, n_zero));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F16>, x, m, k, q8, scales, sums, bits, zero, n_zero));
         break;
     case PQ2_DTYPE_BF16:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_BF16>, x, m, k, q8, scales, sums, zero, n_zero));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_BF16>, x, m, k, q8, scales, sums, bits, zero, n_zero));
         break;
     default:
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: x_dtype=%d is not f32 (0), f16 (1) or bf16 (2)",
@@ -122,6 +175,6 @@ extern "C" PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtyp
     PQ2_CHECK_ALIGN(fn, scales, 4);
     PQ2_CHECK_ALIGN(fn, sums, 4);
     PQ2_CHECK(pq2_cuda_init());
-    return pq2_quantize_launch(fn, x, x_dtype, m, k, q8, scales, sums, nullptr, 0, pq2_pdl_ok(),
+    return pq2_quantize_launch(fn, x, x_dtype, m, k, q8, scales, sums, nullptr, nullptr, 0, pq2_pdl_ok(),
                                static_cast<cudaStream_t>(stream));
 }

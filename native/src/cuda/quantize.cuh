@@ -2,12 +2,20 @@
 #pragma once
 #include "common.cuh"
 
-// Quantises x[m][k] into q8/scales/sums (see pq2.h) on `stream`, and zeroes zero[0..n_zero) in
-// the same launch (the matmul's arrival counters). Arguments already validated except dtype.
-// pdl: launch as a programmatic dependent of the stream's previous kernel (Hopper).
+// Quantises x[m][k] into q8/scales/sums (see pq2.h) and, when bits is not NULL, their
+// bit-sliced copy (common.cuh; m * k/128 * PQ2_BITS_GROUP_WORDS words) on `stream`, and zeroes
+// zero[0..n_zero) in the same launch (the matmul's arrival counters). Arguments already
+// validated except dtype. pdl: launch as a programmatic dependent of the stream's previous
+// kernel (Hopper).
 pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m,
                                int64_t k, int8_t *q8, float *scales, int32_t *sums,
-                               uint32_t *zero, int32_t n_zero, bool pdl, cudaStream_t stream);
+                               uint32_t *bits, uint32_t *zero, int32_t n_zero, bool pdl,
+                               cudaStream_t stream);
+
+// The bit-sliced copy of q8[m][k] (plane order, as the quantiser writes it) into bits, the same
+// words the quantiser writes. Plain stream order.
+pq2_status pq2_bitslice_launch(const char *fn, const int8_t *q8, int64_t m, int64_t k, uint32_t *bits,
+                               cudaStream_t stream);
 
 // True when the current device (already initialised) supports programmatic dependent launch.
 bool pq2_pdl_ok();
