@@ -14,7 +14,7 @@ Reading (`open_gguf`)
     pyq2.errors.FormatError naming the problem: bad magic, truncation, unknown type id, a row
     length that is not a whole number of blocks (K % 128 for PQ2_0), misaligned tensor offsets.
 
-How repacked weights are stored (format version PQ2_FORMAT_VERSION = 1)
+How repacked weights are stored (format version PQ2_FORMAT_VERSION = 2)
     A weight repacked into the `planes` or `tiles` layout is NOT stored under its quantisation
     type: the bytes are no longer PQ2_0 blocks, and a host that does not know pyq2 must never
     read them as if they were. Each such tensor is written as ggml type I8 (24), 1-D, with one
@@ -22,7 +22,7 @@ How repacked weights are stored (format version PQ2_FORMAT_VERSION = 1)
     PQ2_0 tensor of that name then fails loudly on type and shape instead of computing garbage.
     What the bytes are is recorded in metadata:
 
-        pyq2.format_version            u32     = 1
+        pyq2.format_version            u32     = 2
         pyq2.layout                    string  "planes" or "tiles"
         pyq2.tensor.<name>.layout      string  "planes" or "tiles"
         pyq2.tensor.<name>.rt          u32     RT of the tile layout (1, 2, 4); 0 for planes
@@ -69,7 +69,7 @@ TQ2_0 = formats.TQ2_TYPE_ID  # 35, gguf's GGMLQuantizationType.TQ2_0
 I8 = int(GGMLQuantizationType.I8)  # 24
 F32 = int(GGMLQuantizationType.F32)  # 0
 
-PQ2_FORMAT_VERSION = 1  # pq2.h PQ2_FORMAT_VERSION
+PQ2_FORMAT_VERSION = 2  # pq2.h PQ2_FORMAT_VERSION
 LAYOUTS = ("raw", "planes", "tiles")
 KEY_PREFIX = "pyq2."
 KEY_FORMAT_VERSION = "pyq2.format_version"
@@ -372,8 +372,11 @@ class GGUFFile:
         where = f"{self.path}: tensor '{t.name}'"
         version = self.value(KEY_FORMAT_VERSION)
         if version != PQ2_FORMAT_VERSION:
+            hint = ("written by an older pyq2 (version 2 changed the tiles lane order): repack "
+                    "the original GGUF again" if isinstance(version, int) and version < PQ2_FORMAT_VERSION
+                    else "upgrade pyq2")
             raise FormatError(f"{self.path}: pyq2.format_version is {version!r}; this pyq2 reads "
-                              f"version {PQ2_FORMAT_VERSION} (upgrade pyq2)")
+                              f"version {PQ2_FORMAT_VERSION} ({hint})")
         try:
             layout = self.value(tensor_key(t.name, "layout"))
             rt = int(self.value(tensor_key(t.name, "rt")))

@@ -4,9 +4,9 @@
     planes  codes[n][g*32 + b] = qs[b] of block (n, g)  (N x K/4 bytes), then
             scales[n][g] fp16 LE                          (N x G, at byte N*K/4).
     tiles   TR = 16*RT rows per tile, T = ceil(N/TR); rows N..T*TR-1 are padding (codes 0x55,
-            scale +0.0). Code byte ((t*G + g)*RT + r)*512 + L*16 + j, lane L = 4*gid + tq:
-            j < 8 -> qs[tq*8 + j] of row t*TR + 16r + gid, j >= 8 -> qs[tq*8 + j-8] of row
-            t*TR + 16r + gid + 8 (block g). Scales at byte T*G*RT*512, the fp16 of sub-tile
+            scale +0.0). Code byte ((t*G + g)*RT + r)*512 + L*16 + j, lane L = 4*gid + tq,
+            j = 8*hb + 4*h + c -> qs[tq*8 + 4*hb + c] of row t*TR + 16r + 8h + gid (block g;
+            format version 2). Scales at byte T*G*RT*512, the fp16 of sub-tile
             row 8h + i at index ((t*G + g)*RT + r)*16 + 2*i + h (a lane's two rows side by side).
 
 Every conversion is one reshape + transpose (a fixed permutation of bytes); scales move as fp16
@@ -96,10 +96,10 @@ def from_planes(planes, n: int, k: int) -> np.ndarray:
 
 # ---- tiles ---------------------------------------------------------------------------------
 # Row index inside the padded matrix is t*TR + 16r + 8h + gid (h = 0 for rows gid, 1 for
-# gid + 8), and code byte b of a block is tq*8 + jj. The tile-major order is
-# [t, g, r, gid, tq, h, jj] (lane L = 4*gid + tq, j = 8h + jj); the row-major order is
-# [t, r, h, gid, g, tq, jj].
-_TO_TILES = (0, 4, 1, 3, 5, 2, 6)
+# gid + 8), and code byte b of a block is tq*8 + 4*hb + c. The tile-major order is
+# [t, g, r, gid, tq, hb, h, c] (lane L = 4*gid + tq, j = 8*hb + 4*h + c); the row-major order
+# is [t, r, h, gid, g, tq, hb, c].
+_TO_TILES = (0, 4, 1, 3, 5, 6, 2, 7)
 _FROM_TILES = tuple(np.argsort(_TO_TILES))
 
 
@@ -111,7 +111,7 @@ def to_tiles(raw, n: int, k: int, rt: int) -> np.ndarray:
     pad = t * tr - n
     qs = np.concatenate([qs, np.full((pad, g, 32), PQ2_ZERO_QS_BYTE, np.uint8)])
     d = np.concatenate([d, np.zeros((pad, g), "<f2")])
-    codes = qs.reshape(t, rt, 2, 8, g, 4, 8).transpose(_TO_TILES)
+    codes = qs.reshape(t, rt, 2, 8, g, 4, 2, 4).transpose(_TO_TILES)
     # index ((t*G + g)*RT + r)*16 + 2*i + h for sub-tile row 8h + i: rows i and i+8 side by side
     scales = d.reshape(t, rt, 2, 8, g).transpose(0, 4, 1, 3, 2)
     return np.concatenate([codes.reshape(-1), np.ascontiguousarray(scales).reshape(-1)
@@ -125,7 +125,7 @@ def from_tiles(tiles, n: int, k: int, rt: int) -> np.ndarray:
     b = _check_size(tiles, "tiles", n, k, rt)
     t = _n_tiles(n, tr)
     split = t * g * rt * SUBTILE_BYTES
-    qs = b[:split].reshape(t, g, rt, 8, 4, 2, 8).transpose(_FROM_TILES).reshape(t * tr, g, 32)
+    qs = b[:split].reshape(t, g, rt, 8, 4, 2, 2, 4).transpose(_FROM_TILES).reshape(t * tr, g, 32)
     d = b[split:].view("<f2").reshape(t, g, rt, 8, 2).transpose(0, 2, 4, 3, 1).reshape(t * tr, g)
     return pq2_from_fields(qs[:n], d[:n])
 

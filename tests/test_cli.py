@@ -121,7 +121,7 @@ def test_info_json_of_repacked_file(tmp_path, capsys, demo):
     code, stdout, _ = run(capsys, "info", out, "--json")
     assert code == 0
     d = json.loads(stdout)
-    assert d["pyq2"] == {"format_version": 1, "layout": "tiles"}
+    assert d["pyq2"] == {"format_version": 2, "layout": "tiles"}
     assert d["prism_hadamard"]["sign_mode"] == "explicit"
     assert d["prism_hadamard"]["sign_widths"] == [256, 768]
     assert d["prism_hadamard"]["n_sign_values"] == 1024

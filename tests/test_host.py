@@ -92,7 +92,7 @@ def shape_id(s):
 
 def test_abi_and_last_error_after_success(native, host):
     ffi, lib = native
-    assert lib.pq2_abi_version() == 3
+    assert lib.pq2_abi_version() == 4
     assert host.layout_bytes("tiles", 17, 384, 2) == L.layout_bytes("tiles", 17, 384, 2)
     assert ffi.string(lib.pq2_last_error()) == b""
 
@@ -128,12 +128,13 @@ def test_convert_from_tiles_ignores_padding(host):
     raw = random_raw(n, k, seed=1)
     tiles = L.to_tiles(raw, n, k, rt)
     junk = tiles.copy()
-    # Overwrite the code bytes of padding rows (any lane's second half: rows gid + 8 >= 8 > 5)
-    # and the padding scales; the raw result must not change.
+    # Overwrite the code bytes of padding rows (any lane's row gid + 8 >= 8 > 5: lane bytes 4-7
+    # and 12-15) and the padding scales; the raw result must not change.
     for g in range(2):
         for lane in range(32):
             o = g * 512 + lane * 16
-            junk[o + 8:o + 16] = 0xAA
+            junk[o + 4:o + 8] = 0xAA
+            junk[o + 12:o + 16] = 0xAA
     scales = junk[2 * 512:].view("<u2").reshape(2, 16)
     rows = np.arange(16)  # sub-tile row 8h + i has scale index 2i + h
     scales[:, (2 * (rows % 8) + rows // 8)[rows >= n]] = 0x7E00

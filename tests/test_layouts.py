@@ -121,14 +121,18 @@ def test_tiles_one_lane_by_hand():
     # N = 48, K = 256, RT = 2: TR = 32 rows per tile, T = 2 tiles (rows 48..63 padding), G = 2.
     # Tile 0, group 1, sub-tile 1 (rows 16..31), lane 22 = 4*gid + tq with gid 5, tq 2:
     #   code bytes ((0*2 + 1)*2 + 1)*512 + 22*16 = 1888 .. 1903;
-    #   j < 8  -> qs[2*8 + j]     of block (16 + 5,     1) = row 21
-    #   j >= 8 -> qs[2*8 + j - 8] of block (16 + 5 + 8, 1) = row 29
+    #   j 0-3   -> qs[2*8 + j]      of block (16 + 5,     1) = row 21
+    #   j 4-7   -> qs[2*8 + j - 4]  of block (16 + 5 + 8, 1) = row 29
+    #   j 8-11  -> qs[2*8 + j - 4]  of row 21
+    #   j 12-15 -> qs[2*8 + j - 8]  of row 29
     n, k, rt = 48, 256, 2
     raw = random_raw(n, k, seed=8)
     tiles = L.to_tiles(raw, n, k, rt)
     assert tile_code_offset(0, 1, 1, 22, 0, 2, rt) == 1888
-    want = [raw_qs(raw, k, 21, 1, 16 + j) for j in range(8)] + \
-           [raw_qs(raw, k, 29, 1, 16 + j) for j in range(8)]
+    want = [raw_qs(raw, k, 21, 1, 16 + j) for j in range(4)] + \
+           [raw_qs(raw, k, 29, 1, 16 + j) for j in range(4)] + \
+           [raw_qs(raw, k, 21, 1, 20 + j) for j in range(4)] + \
+           [raw_qs(raw, k, 29, 1, 20 + j) for j in range(4)]
     assert tiles[1888:1904].tolist() == want
     # Scales start at T*G*RT*512 = 4096; row 21 of tile 0 is row 8h + i = 5 (h 0, i 5) of
     # sub-tile 1, so its fp16 for group 1 has index ((0*2 + 1)*2 + 1)*16 + 2*5 + 0 = 58, bytes
@@ -153,8 +157,9 @@ def test_tiles_every_lane_formula():
         for g in range(G):
             for lane in range(32):
                 gid, tq = divmod(lane, 4)
-                for j in range(16):
-                    row = t * tr + gid + (8 if j >= 8 else 0)
-                    b = tq * 8 + j % 8
+                for j in range(16):  # j = 8*hb + 4*h + c: qs[tq*8 + 4*hb + c] of row gid + 8h
+                    hb, h, c = j // 8, (j // 4) % 2, j % 4
+                    row = t * tr + gid + 8 * h
+                    b = tq * 8 + 4 * hb + c
                     want = raw_qs(raw, k, row, g, b) if row < n else 0x55
                     assert tiles[tile_code_offset(t, g, 0, lane, j, G, rt)] == want

@@ -174,7 +174,7 @@ def test_pyq2_metadata(tmp_path, model):
     out = tmp_path / "o.gguf"
     repack(src, out, layout="tiles", rt=2)
     with gguf_io.open_gguf(out) as f:
-        assert f.value("pyq2.format_version") == 1
+        assert f.value("pyq2.format_version") == 2
         assert f.value_type("pyq2.format_version") == V.UINT32
         assert f.value("pyq2.layout") == "tiles"
         for name, kind, k, n in WEIGHTS:
@@ -413,8 +413,17 @@ def test_inconsistent_pyq2_metadata(tmp_path, model):
 def test_newer_format_version_is_refused(tmp_path, model):
     src, _ = model
     bad = planes_with_key(src, tmp_path, "pyq2.format_version",
-                          lambda k: gguf_io.encode_kv(k, V.UINT32, 2))
-    with pytest.raises(FormatError, match="format_version is 2"):
+                          lambda k: gguf_io.encode_kv(k, V.UINT32, 3))
+    with pytest.raises(FormatError, match=r"format_version is 3.*upgrade pyq2"):
+        repack(bad, tmp_path / "o.gguf")
+
+
+def test_older_format_version_asks_for_a_repack(tmp_path, model):
+    # Version 1 stored the tiles lanes in another order: reading it as version 2 would be wrong.
+    src, _ = model
+    bad = planes_with_key(src, tmp_path, "pyq2.format_version",
+                          lambda k: gguf_io.encode_kv(k, V.UINT32, 1))
+    with pytest.raises(FormatError, match=r"format_version is 1.*repack the original GGUF"):
         repack(bad, tmp_path / "o.gguf")
 
 

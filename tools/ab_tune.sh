@@ -7,7 +7,8 @@
 # Usage (device tool, carry .whl and the trees): [MS=1,2] bash tools/ab_tune.sh NAME...
 #   NAME "cur" is this working tree; any other NAME is a tree at exp/NAME, e.g. made with
 #   `git archive <commit> | tar -x -C exp/NAME` (exp/ is listed in .git/info/exclude, so carry it).
-# Writes $OUT/tune_NAME.{json,log} and the build logs.
+# Writes $OUT/tune_NAME.{json,log} and $OUT/build_NAME.log (cmake and build; the device tool
+# returns at most 8 files, so 3 trees plus the caller's own 2 logs fit).
 set -eo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 export PYTHONPATH=$PWD:/tmp/site
@@ -15,10 +16,10 @@ for v in "$@"; do
   src=exp/$v; [ "$v" = cur ] && src=.
   test -f "$src/CMakeLists.txt" || { echo "ab_tune: no source tree at $src" >&2; exit 2; }
   cmake -S "$src" -B "/tmp/ab_$v" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPQ2_CUDA=ON -DPQ2_CUDA_ARCHS="90a-real" \
-    > "$OUT/cmake_$v.log" 2>&1
+    > "$OUT/build_$v.log" 2>&1
 done
 for v in "$@"; do
-  cmake --build "/tmp/ab_$v" > "$OUT/build_$v.log" 2>&1 || { echo "build $v failed"; tail -n 20 "$OUT/build_$v.log"; exit 1; }
+  cmake --build "/tmp/ab_$v" >> "$OUT/build_$v.log" 2>&1 || { echo "build $v failed"; tail -n 20 "$OUT/build_$v.log"; exit 1; }
 done
 cp "/tmp/ab_$1/_cdef.py" pyq2/_cdef.py  # the package's generated declarations (the same ABI in every tree)
 cd tools

@@ -29,11 +29,13 @@
  *                      (codes 0x55 = all zero weights, scale +0.0). Code region, T*G*RT*512 bytes:
  *                        byte offset ((t*G + g)*RT + r)*512 + L*16 + j, for tile t, group g,
  *                        sub-tile r (rows t*TR + 16r .. +15), lane L = 4*gid + tq (0..31),
- *                        j in 0..15:
- *                          j <  8: qs[tq*8 + j]     of block (t*TR + 16r + gid,     g)
- *                          j >= 8: qs[tq*8 + j - 8] of block (t*TR + 16r + gid + 8, g)
+ *                        j = 8*hb + 4*h + c (hb, h in 0..1, c in 0..3):
+ *                          qs[tq*8 + 4*hb + c] of block (t*TR + 16r + gid + 8*h, g)
  *                      so one 16-byte load per lane yields that lane's A fragment for rows
- *                      {gid, gid+8} of the sub-tile. Scale region follows at byte T*G*RT*512:
+ *                      {gid, gid+8} of the sub-tile, its four 32-bit words in fragment order
+ *                      (row gid, row gid+8) x (code bytes tq*8..+3, tq*8+4..+7) (format
+ *                      version 2; version 1 had row gid's 8 bytes, then row gid+8's). Scale
+ *                      region follows at byte T*G*RT*512:
  *                        fp16 of sub-tile row 8h + i (h in 0..1, i in 0..7) at index
  *                        ((t*G + g)*RT + r)*16 + 2*i + h,
  *                      so the scales of the lane's two rows are one 4-byte word.
@@ -68,10 +70,10 @@ extern "C" {
 /* PQ2_CDEF_BEGIN */
 
 /* Bumped on any incompatible change of a signature, struct, enum value or layout. */
-#define PQ2_ABI_VERSION 3
+#define PQ2_ABI_VERSION 4
 
 /* Format version written to repacked files as pyq2.format_version. */
-#define PQ2_FORMAT_VERSION 1
+#define PQ2_FORMAT_VERSION 2
 
 #define PQ2_BLOCK_WEIGHTS 128
 #define PQ2_BLOCK_BYTES 34

@@ -223,11 +223,13 @@ __device__ __forceinline__ void compute_chunk(const ring<LAYOUT, RT, U> &R, int 
                 w_lo = __half2float(__ushort_as_half((unsigned short)(sw[0] >> (16 * ((r0 * groups + g) & 1)))));
                 w_hi = __half2float(__ushort_as_half((unsigned short)(sw[1] >> (16 * ((r1 * groups + g) & 1)))));
             }
-            // A fragment registers: {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7}.
-            const uint32_t a0[4] = {pq2_plane<0>(w.x), pq2_plane<0>(w.z), pq2_plane<0>(w.y), pq2_plane<0>(w.w)};
-            const uint32_t a1[4] = {pq2_plane<1>(w.x), pq2_plane<1>(w.z), pq2_plane<1>(w.y), pq2_plane<1>(w.w)};
-            const uint32_t a2[4] = {pq2_plane<2>(w.x), pq2_plane<2>(w.z), pq2_plane<2>(w.y), pq2_plane<2>(w.w)};
-            const uint32_t a3[4] = {pq2_plane<3>(w.x), pq2_plane<3>(w.z), pq2_plane<3>(w.y), pq2_plane<3>(w.w)};
+            // A fragment registers: {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7}: the
+            // order TILES stores (pq2.h); PLANES stages row gid's 8 bytes, then row gid+8's.
+            const uint4 f = LAYOUT == PQ2_LAYOUT_TILES ? w : make_uint4(w.x, w.z, w.y, w.w);
+            const uint32_t a0[4] = {pq2_plane<0>(f.x), pq2_plane<0>(f.y), pq2_plane<0>(f.z), pq2_plane<0>(f.w)};
+            const uint32_t a1[4] = {pq2_plane<1>(f.x), pq2_plane<1>(f.y), pq2_plane<1>(f.z), pq2_plane<1>(f.w)};
+            const uint32_t a2[4] = {pq2_plane<2>(f.x), pq2_plane<2>(f.y), pq2_plane<2>(f.z), pq2_plane<2>(f.w)};
+            const uint32_t a3[4] = {pq2_plane<3>(f.x), pq2_plane<3>(f.y), pq2_plane<3>(f.z), pq2_plane<3>(f.w)};
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 const int zero[4] = {0, 0, 0, 0};

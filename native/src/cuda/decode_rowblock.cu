@@ -113,8 +113,9 @@ __device__ __forceinline__ void fence_proxy_async()
 #endif
 }
 
-// The weight bytes of up to U units for one lane: per sub-tile its 16 code bytes and the scale
-// word of rows gid (low half) and gid+8 (high half).
+// The weight bytes of up to U units for one lane: per sub-tile its 16 code bytes as the four
+// words of its A fragment, (row gid, row gid+8) x (code bytes tq*8..+3, tq*8+4..+7) (the TILES
+// order, pq2.h), and the scale word of rows gid (low half) and gid+8 (high half).
 template <int RT, int U>
 struct batch {
     uint4 codes[U][RT];
@@ -188,7 +189,7 @@ struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
                 if (u < n) {
                     const uint2 lo = ld_stream8(codes[r][0] + (unsigned)(i + u) * 32u);
                     const uint2 hi = ld_stream8(codes[r][1] + (unsigned)(i + u) * 32u);
-                    b.codes[u][r] = make_uint4(lo.x, lo.y, hi.x, hi.y);
+                    b.codes[u][r] = make_uint4(lo.x, hi.x, lo.y, hi.y);  // fragment order
                     // Scales are 2 bytes per row and group: L1-cached, the next groups' share the sector.
                     b.scales[u][r] = (uint32_t)__ldg(scales[r][0] + (unsigned)(i + u)) | ((uint32_t)__ldg(scales[r][1] + (unsigned)(i + u)) << 16);
                 }
@@ -226,8 +227,9 @@ struct bs_consts {
     __device__ explicit bs_consts(int lane) : c_neg((lane & 3) == 0 ? -1 : 0), f2((lane & 3) == 3 ? -2 : 2) {}
 };
 
-// The A fragments of the four planes of a lane's 16 code bytes of one sub-tile: a[s] holds
-// {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7} of plane s, masked in place
+// The A fragments of the four planes of a lane's 16 code bytes of one sub-tile (fragment order,
+// see batch): a[s] holds {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7} of plane s,
+// masked in place
 // (pq2_plane: code * 4^s) or moved to the top two bits of each byte (TOP, pq2_plane_top: code * 64).
 template <bool TOP, int S>
 __device__ __forceinline__ uint32_t plane_of(uint32_t v)
@@ -241,10 +243,10 @@ __device__ __forceinline__ uint32_t plane_of(uint32_t v)
 template <bool TOP>
 __device__ __forceinline__ void plane_fragments(const uint4 &w, uint32_t (&a)[4][4])
 {
-    a[0][0] = plane_of<TOP, 0>(w.x), a[0][1] = plane_of<TOP, 0>(w.z), a[0][2] = plane_of<TOP, 0>(w.y), a[0][3] = plane_of<TOP, 0>(w.w);
-    a[1][0] = plane_of<TOP, 1>(w.x), a[1][1] = plane_of<TOP, 1>(w.z), a[1][2] = plane_of<TOP, 1>(w.y), a[1][3] = plane_of<TOP, 1>(w.w);
-    a[2][0] = plane_of<TOP, 2>(w.x), a[2][1] = plane_of<TOP, 2>(w.z), a[2][2] = plane_of<TOP, 2>(w.y), a[2][3] = plane_of<TOP, 2>(w.w);
-    a[3][0] = plane_of<TOP, 3>(w.x), a[3][1] = plane_of<TOP, 3>(w.z), a[3][2] = plane_of<TOP, 3>(w.y), a[3][3] = plane_of<TOP, 3>(w.w);
+    a[0][0] = plane_of<TOP, 0>(w.x), a[0][1] = plane_of<TOP, 0>(w.y), a[0][2] = plane_of<TOP, 0>(w.z), a[0][3] = plane_of<TOP, 0>(w.w);
+    a[1][0] = plane_of<TOP, 1>(w.x), a[1][1] = plane_of<TOP, 1>(w.y), a[1][2] = plane_of<TOP, 1>(w.z), a[1][3] = plane_of<TOP, 1>(w.w);
+    a[2][0] = plane_of<TOP, 2>(w.x), a[2][1] = plane_of<TOP, 2>(w.y), a[2][2] = plane_of<TOP, 2>(w.z), a[2][3] = plane_of<TOP, 2>(w.w);
+    a[3][0] = plane_of<TOP, 3>(w.x), a[3][1] = plane_of<TOP, 3>(w.y), a[3][2] = plane_of<TOP, 3>(w.z), a[3][3] = plane_of<TOP, 3>(w.w);
 }
 
 // d = the four plane MMAs (A fragments a[s], B fragments b[s]) chained into one accumulator
@@ -285,7 +287,7 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
             const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
-            const uint32_t a[4] = {w[r].x, w[r].z, w[r].y, w[r].w};  // rows gid, gid+8 x code bytes tq*8 + (0..3, 4..7)
+            const uint32_t a[4] = {w[r].x, w[r].y, w[r].z, w[r].w};  // fragment order (batch): no moves on TILES
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
                 const int init[4] = {ns[j], 0, ns[j], 0};

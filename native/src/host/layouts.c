@@ -76,8 +76,9 @@ pq2_status pq2_view_of_weights(pq2_view *v, const char *fn, const char *what, co
 }
 
 /* Byte offsets of block (row, g). RAW and PLANES keep the block's 32 code bytes contiguous;
- * TILES splits them into four 8-byte pieces, qs[tq*8 .. tq*8+7] at lane L = 4*gid + tq, bytes
- * 0-7 of the lane for sub-tile rows 0-7 (gid = row) and bytes 8-15 for rows 8-15 (gid = row - 8). */
+ * TILES splits them into eight 4-byte pieces: qs[tq*8 + 4*hb .. +3] at lane L = 4*gid + tq,
+ * lane byte 8*hb + 4*half, for sub-tile row 8*half + gid (pq2.h). This returns the offset of
+ * the piece tq = 0, hb = 0. */
 static inline size_t tiles_code_offset(const pq2_view *v, int64_t row, int64_t g)
 {
     int64_t t = row / v->tile_rows;
@@ -86,11 +87,13 @@ static inline size_t tiles_code_offset(const pq2_view *v, int64_t row, int64_t g
     int64_t in_sub = in_tile % PQ2_SUBTILE_ROWS;
     int64_t gid = in_sub % 8;
     int64_t half = in_sub / 8;
-    return (size_t)(((t * v->groups + g) * v->rt + r) * PQ2_SUBTILE_BYTES + gid * 4 * 16 + half * 8);
+    return (size_t)(((t * v->groups + g) * v->rt + r) * PQ2_SUBTILE_BYTES + gid * 4 * 16 + half * 4);
 }
 
-/* tq-th 8-byte piece of a TILES block sits one lane (16 bytes) after the previous one */
+/* Piece (tq, hb) of a TILES block (4 bytes, qs[tq*8 + 4*hb ..]): one lane (16 bytes) per tq,
+ * 8 bytes further for the second half of the lane's 8 code bytes. */
 #define PQ2_TILES_LANE_BYTES 16
+#define PQ2_TILES_PIECE(tq, hb) ((tq) * PQ2_TILES_LANE_BYTES + (hb) * 8)
 
 static inline size_t scale_offset(const pq2_view *v, int64_t row, int64_t g)
 {
@@ -121,7 +124,8 @@ static inline void read_block(const pq2_view *v, int64_t row, int64_t g, pq2_blo
         break;
     default:
         p = v->data + tiles_code_offset(v, row, g);
-        for (int tq = 0; tq < 4; tq++) memcpy(out->qs + tq * 8, p + tq * PQ2_TILES_LANE_BYTES, 8);
+        for (int tq = 0; tq < 4; tq++)
+            for (int hb = 0; hb < 2; hb++) memcpy(out->qs + tq * 8 + hb * 4, p + PQ2_TILES_PIECE(tq, hb), 4);
         break;
     }
     memcpy(&out->d, v->data + scale_offset(v, row, g), 2);
@@ -139,7 +143,8 @@ static inline void write_block(const pq2_view *v, int64_t row, int64_t g, const 
         break;
     default:
         p = v->data + tiles_code_offset(v, row, g);
-        for (int tq = 0; tq < 4; tq++) memcpy(p + tq * PQ2_TILES_LANE_BYTES, in->qs + tq * 8, 8);
+        for (int tq = 0; tq < 4; tq++)
+            for (int hb = 0; hb < 2; hb++) memcpy(p + PQ2_TILES_PIECE(tq, hb), in->qs + tq * 8 + hb * 4, 4);
         break;
     }
     memcpy(v->data + scale_offset(v, row, g), &in->d, 2);
