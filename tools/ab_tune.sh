@@ -11,7 +11,6 @@
 # returns at most 8 files, so 3 trees plus the caller's own 2 logs fit).
 set -eo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=$PWD:/tmp/site
 for v in "$@"; do
   src=exp/$v; [ "$v" = cur ] && src=.
   test -f "$src/CMakeLists.txt" || { echo "ab_tune: no source tree at $src" >&2; exit 2; }
@@ -21,11 +20,14 @@ done
 for v in "$@"; do
   cmake --build "/tmp/ab_$v" >> "$OUT/build_$v.log" 2>&1 || { echo "build $v failed"; tail -n 20 "$OUT/build_$v.log"; exit 1; }
 done
-cp "/tmp/ab_$1/_cdef.py" pyq2/_cdef.py  # the package's generated declarations (the same ABI in every tree)
-cd tools
+# Each tree tunes with its own package and tools (trees may differ in ABI or layout version).
+root=$PWD
 for v in "$@"; do
-  PYQ2_LIBRARY=/tmp/ab_$v/libpq2.so python3 tune_decode.py --ms "${MS:-1}" --layouts tiles:2 \
-    --families rowblock,persistent,splits --json "$OUT/tune_$v.json" > "$OUT/tune_$v.log" 2>&1 || echo "tune $v failed"
+  src=$root/exp/$v; [ "$v" = cur ] && src=$root
+  cp "/tmp/ab_$v/_cdef.py" "$src/pyq2/_cdef.py"  # the package's generated declarations
+  (cd "$src/tools" && PYTHONPATH=$src:/tmp/site PYQ2_LIBRARY=/tmp/ab_$v/libpq2.so python3 tune_decode.py \
+    --ms "${MS:-1}" --layouts tiles:2 --families rowblock,persistent,splits --json "$OUT/tune_$v.json" \
+    > "$OUT/tune_$v.log" 2>&1) || echo "tune $v failed"
 done
 python3 - "$@" <<'PY'
 import json, os, sys
