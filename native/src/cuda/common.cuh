@@ -118,7 +118,7 @@ __device__ __forceinline__ void pq2_mma_u8s8(int (&d)[4], const uint32_t (&a)[4]
 }
 
 // D = A(16x256 b1, row) AND-POPC B(256x8 b1, col) + C: d[i][j] += popc(A row i & B column j),
-// int32 exact. The bit-sliced decode core (m <= 2, decode_rowblock.cu) reads the lane's 16 code
+// int32 exact. The bit-sliced decode core (m == 1, decode_rowblock.cu) reads the lane's 16 code
 // bytes of a sub-tile as A unchanged: bit 2s+e of code byte b is bit e of weight 4b+s's code.
 __device__ __forceinline__ void pq2_bmma_and_popc(int (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                                   uint32_t b1, const int (&c)[4])
@@ -130,7 +130,7 @@ __device__ __forceinline__ void pq2_bmma_and_popc(int (&d)[4], const uint32_t (&
           "r"(c[2]), "r"(c[3]));
 }
 
-// ---- bit-sliced activations (workspace only; the m <= 2 row-block kernels) -------------------
+// ---- bit-sliced activations (workspace only; the m == 1 row-block kernels) -------------------
 // Per token and 128-group, 128 words (512 bytes): word (b*4 + tq)*4 + w for bit b of the q8
 // byte (two's complement: bit 7 weighs -128), lane quad tq (0..3) and w in 0..3:
 //   w = 0, 1 ("B1"): bits 8c + 2s and 8c + 2s + 1 both hold bit b of q of element

@@ -22,10 +22,10 @@ struct pq2_decode_problem {
 static inline int pq2_decode_tokens_class(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
 
 // True when the call's kernel reads the bit-sliced activations (common.cuh): the row-block
-// family at m <= 2.
+// family at m == 1.
 static inline bool pq2_decode_needs_bits(const pq2_decode_config &cfg, int64_t m)
 {
-    return cfg.family == PQ2_DECODE_ROWBLOCK && m <= 2;
+    return cfg.family == PQ2_DECODE_ROWBLOCK && m == 1;
 }
 
 // Row blocks (blocks along N) of a configuration: ceil(n / (16 * rt)).

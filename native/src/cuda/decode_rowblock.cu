@@ -12,9 +12,12 @@
 // token min(gid, m-1): with m < 8 the surplus columns repeat the last token instead of being
 // predicated off, so the hot loop has no token tests; C columns >= m are never stored; the four
 // plane results are combined per unit (m <= 8) or chained from planes moved to the top bits
-// (m > 8). m <= 2: "bit slices" (unit_mma, bs_consts): binary AND-POPC MMAs on the code bytes
-// as loaded (no masks) against the activations' bit planes (one per B column, two MMAs per
-// sub-tile and token), the bit planes combined once per row block (reduce_store).
+// (m > 8). m == 1: "bit slices" (unit_mma, lane_consts<1>): binary AND-POPC MMAs on the code
+// bytes as loaded (no masks) against the token's eight activation bit planes (one per B column,
+// two MMAs per sub-tile), the bit planes combined once per row block (reduce_store). m == 2:
+// "column planes" (lane_consts<2>): the eight columns carry the four activation planes of the
+// two tokens instead of copies of them, the plane MMAs chain into one accumulator without mixing,
+// and the planes are combined once per row block.
 //
 // Work split: warp w of the block takes groups [w*G/W, (w+1)*G/W) of its row block,
 // contiguous in the tile-major stream, in batches of U units (the last one shorter). How the
@@ -203,28 +206,49 @@ struct act_ptrs {
     const int8_t *q[NT];       // + tq*8
     const float *xs[NT][NJ];   // [g]
     const int32_t *sums[NT][NJ];
-    const uint4 *xb[NJ];       // bit slices (m <= 2): token j's, + gid*4 + tq
+    const uint4 *xb;           // bit slices (m == 1): the token's, + gid*4 + tq
     int g0;  // group of unit index 0 relative to the pointers (act_setup)
-    // Running pointers (bit slices): group 0 becomes group `units`.
+    // Running pointers (m == 1): group 0 becomes group `units`.
     __device__ __forceinline__ void advance(int units)
     {
-#pragma unroll
-        for (int j = 0; j < NJ; ++j) xb[j] += units * (PQ2_BITS_GROUP_WORDS / 4), xs[0][j] += units, sums[0][j] += units;
+        xb += units * (PQ2_BITS_GROUP_WORDS / 4), xs[0][0] += units, sums[0][0] += units;
     }
 };
 
 // Token classes of the row-block kernels (template TOKS): 1 (m == 1), 2 (m == 2), 8 (m <= 8) and
-// 16 (m <= 16). m <= 2 use bit slices.
-template <int TOKS>
-constexpr bool kBitSliced = TOKS <= 2;
+// 16 (m <= 16). m == 1 uses bit slices, m == 2 column planes (unit_mma).
 
-// m <= 2, per-lane constants of the bit slices (unit_mma). Lane tq's C columns 2tq, 2tq+1 hold
-// bit planes 2tq and 2tq+1, worth 4^tq * (1, 2), and for tq == 3 4^3 * (1, -2) (bit 7 of a
-// two's complement byte weighs -128): f2 is the second column's factor. c_neg is -1 in the lanes
-// holding bit plane 0 (tq == 0), which add -sum(q) once per unit, row and token, else 0.
-struct bs_consts {
+// Per-lane constants of the m <= 2 paths (unit_mma); nothing for m > 2.
+template <int TOKS>
+struct lane_consts {
+    __device__ explicit lane_consts(int) {}
+};
+
+// m == 1, bit slices. Lane tq's C columns 2tq, 2tq+1 hold bit planes 2tq and 2tq+1, worth
+// 4^tq * (1, 2), and for tq == 3 4^3 * (1, -2) (bit 7 of a two's complement byte weighs -128):
+// f2 is the second column's factor. c_neg is -1 in the lanes holding bit plane 0 (tq == 0),
+// which add -sum(q) once per unit and row, else 0.
+template <>
+struct lane_consts<1> {
     int c_neg, f2;
-    __device__ explicit bs_consts(int lane) : c_neg((lane & 3) == 0 ? -1 : 0), f2((lane & 3) == 3 ? -2 : 2) {}
+    __device__ explicit lane_consts(int lane) : c_neg((lane & 3) == 0 ? -1 : 0), f2((lane & 3) == 3 ? -2 : 2) {}
+};
+
+// m == 2, column planes: the B operands a lane keeps in registers from unit to unit. Lane
+// (gid, tq) supplies B column gid, which carries activation plane gid >> 1 of token gid & 1:
+// b[s] holds the lane's 8 bytes of that plane where s == gid >> 1 (own[s]; only that load
+// executes) and stays 0 in the other lanes, never written. c_neg is -1 in the lanes whose C
+// columns 2tq, 2tq+1 hold plane 0 (tq == 0), which add -sum(q) once per unit, row and token.
+template <>
+struct lane_consts<2> {
+    uint2 b[4];
+    bool own[4];
+    int c_neg;
+    __device__ explicit lane_consts(int lane) : c_neg((lane & 3) == 0 ? -1 : 0)
+    {
+#pragma unroll
+        for (int s = 0; s < 4; ++s) b[s] = make_uint2(0u, 0u), own[s] = (lane >> 3) == s;
+    }
 };
 
 // The A fragments of the four planes of a lane's 16 code bytes of one sub-tile (fragment order,
@@ -264,39 +288,62 @@ __device__ __forceinline__ void mma_planes_chained(int (&d)[4], const uint32_t (
 // sub-tiles) into acc.
 template <int RT, int NT, int TOKS>
 __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&sc)[RT], int g,
-                                         const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, const bs_consts &bs,
+                                         const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, lane_consts<TOKS> &lc,
                                          float (&acc)[RT][NT][4])
 {
     constexpr int NJ = TOKS == 1 ? 1 : 2;
-    if constexpr (kBitSliced<TOKS>) {
-        // m <= 2, bit slices: B column b is bit plane b of the token's q8 (common.cuh), and the
+    if constexpr (TOKS == 1) {
+        // m == 1, bit slices: B column b is bit plane b of the token's q8 (common.cuh), and the
         // A operand is the lane's 16 code bytes as loaded, read as 256 bits per row: one AND-POPC
         // MMA against B1 (both bits of each code meet the activation bit) plus one against B2
         // (the high bit again) gives sum(code * bit b of q) for all eight b, exact. Lane tq
-        // combines its two bit planes (f2) and its float accumulators take 4^-tq of the row's
-        // dot(code - 1, q); reduce_store scales lane tq by 4^tq and adds the four lanes.
-        uint4 bx[NJ];
-        int ns[NJ];
-        float xs[NJ];
+        // combines its two bit planes (f2); its float accumulators take 4^-tq of the row's
+        // dot(code - 1, q), and reduce_store scales lane tq by 4^tq and adds the four lanes.
+        // (m == 2 the same way needs two B operands and 60 registers instead of 56, which cost
+        // gate_up a second wave of blocks; NOTES v11.)
+        const uint4 bx = __ldg(A.xb + (unsigned)g * (PQ2_BITS_GROUP_WORDS / 4));
+        const int ns = __ldg(A.sums[0][0] + (unsigned)g) * lc.c_neg;
+        const float xs = __ldg(A.xs[0][0] + (unsigned)g);
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-            bx[j] = __ldg(A.xb[j] + (unsigned)g * (PQ2_BITS_GROUP_WORDS / 4));
-            ns[j] = __ldg(A.sums[0][j] + (unsigned)g) * bs.c_neg;
+        for (int r = 0; r < RT; ++r) {
+            const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
+            const uint32_t a[4] = {w[r].x, w[r].y, w[r].z, w[r].w};  // fragment order (batch): no moves on TILES
+            const int init[4] = {ns, 0, ns, 0};
+            int d[4];
+            pq2_bmma_and_popc(d, a, bx.x, bx.y, init);
+            pq2_bmma_and_popc(d, a, bx.z, bx.w, d);
+            acc[r][0][0] = fmaf((float)(d[0] + lc.f2 * d[1]), wf.x * xs, acc[r][0][0]);
+            acc[r][0][2] = fmaf((float)(d[2] + lc.f2 * d[3]), wf.y * xs, acc[r][0][2]);
+        }
+    } else if constexpr (TOKS == 2) {
+        // m == 2, column planes: the MMA's 8 columns would carry copies of the two tokens, so
+        // column pair {2s, 2s+1} carries activation plane s of tokens 0 and 1 instead and the
+        // four plane MMAs chain into one accumulator without mixing: C column 2tq + j of lane
+        // tq ends as 4^tq * dot(plane tq of token j) (plus -sum(q) of token j in plane 0). No
+        // per-unit combine: the lane's float accumulators take their plane's terms, and
+        // reduce_store scales lane tq by 4^-tq and adds the four lanes once per row block.
+        const uint2 *q = reinterpret_cast<const uint2 *>(A.q[0] + (unsigned)g * 128u);  // the lane's plane of group g
+#pragma unroll
+        for (int s = 0; s < 4; ++s)
+            if (lc.own[s]) lc.b[s] = __ldg(q);
+        int ns[2];
+        float xs[2];
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+            ns[j] = __ldg(A.sums[0][j] + (unsigned)g) * lc.c_neg;
             xs[j] = __ldg(A.xs[0][j] + (unsigned)g);
         }
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
             const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
-            const uint32_t a[4] = {w[r].x, w[r].y, w[r].z, w[r].w};  // fragment order (batch): no moves on TILES
+            uint32_t a[4][4];
+            plane_fragments<false>(w[r], a);
+            const int zero[4] = {0, 0, 0, 0};
+            int d[4];
+            mma_planes_chained(d, a, lc.b, zero);
 #pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                const int init[4] = {ns[j], 0, ns[j], 0};
-                int d[4];
-                pq2_bmma_and_popc(d, a, bx[j].x, bx[j].y, init);
-                pq2_bmma_and_popc(d, a, bx[j].z, bx[j].w, d);
-                acc[r][0][j] = fmaf((float)(d[0] + bs.f2 * d[1]), wf.x * xs[j], acc[r][0][j]);
-                acc[r][0][2 + j] = fmaf((float)(d[2] + bs.f2 * d[3]), wf.y * xs[j], acc[r][0][2 + j]);
-            }
+            for (int j = 0; j < 4; ++j)
+                acc[r][0][j] = fmaf((float)(d[j] + ns[j & 1]), (j < 2 ? wf.x : wf.y) * xs[j & 1], acc[r][0][j]);
         }
     } else {
         g += A.g0;
@@ -362,13 +409,13 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 // Accumulates units [0, n) of batch b (groups g0, g0+1, ...) into acc.
 template <int RT, int U, int NT, int TOKS>
 __device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int n,
-                                              const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, const bs_consts &bs,
+                                              const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, lane_consts<TOKS> &lc,
                                               float (&acc)[RT][NT][4])
 {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         if (u >= n) break;
-        unit_mma<RT, NT, TOKS>(b.codes[u], b.scales[u], g0 + u, A, bs, acc);
+        unit_mma<RT, NT, TOKS>(b.codes[u], b.scales[u], g0 + u, A, lc, acc);
     }
 }
 
@@ -386,31 +433,31 @@ __device__ __forceinline__ warp_split split_of(int G, int warp, int warps)
 }
 
 // The activation pointers of a lane for the warp's groups from g_begin; units index them from 0.
-// BS (bit slices, m <= 2): B column gid carries bit plane gid of token j in MMA j, C columns 2tq
-// and 2tq + 1 bit planes of it. Otherwise B column gid carries token gid, C columns 2tq + j token
-// 2tq + j (nt * 8 more in token block nt); tokens past m - 1 repeat m - 1.
-template <int NT, int NJ, bool BS>
+// TOKS 1 (bit slices): the token's bit planes, B column gid carries bit plane gid. TOKS 2
+// (column planes): B column gid carries plane gid >> 1 of token gid & 1, C columns 2tq + j
+// token j. Otherwise B column gid carries token gid, C columns 2tq + j token 2tq + j (nt * 8 more
+// in token block nt); tokens past m - 1 repeat m - 1.
+template <int NT, int NJ, int TOKS>
 __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &p, int G, int g_begin, int lane)
 {
+    constexpr bool CP = TOKS == 2;
     const int gid = lane >> 2, tq = lane & 3;
     act_ptrs<NT, NJ> A;
-    // BS: the pointers start at g_begin (unsigned unit indices: one multiply-add per address).
-    // Otherwise at group 0, and units add g0 = g_begin (measured: starting those at g_begin
-    // makes ptxas spill or take more registers in several m > 2 instances).
-    A.g0 = BS ? 0 : g_begin;
-    if (!BS) g_begin = 0;
-    if constexpr (BS) {
-#pragma unroll
-        for (int j = 0; j < NJ; ++j)
-            A.xb[j] = reinterpret_cast<const uint4 *>(p.xbits + ((size_t)min(j, p.m - 1) * G + g_begin) * PQ2_BITS_GROUP_WORDS) +
-                      gid * 4 + tq;
-    }
+    // m <= 2: the pointers start at g_begin (unsigned unit indices: one multiply-add per
+    // address). Otherwise at group 0, and units add g0 = g_begin (measured: starting those at
+    // g_begin makes ptxas spill or take more registers in several m > 2 instances).
+    A.g0 = TOKS <= 2 ? 0 : g_begin;
+    if (TOKS > 2) g_begin = 0;
+    if constexpr (TOKS == 1)
+        A.xb = reinterpret_cast<const uint4 *>(p.xbits + (size_t)g_begin * PQ2_BITS_GROUP_WORDS) + gid * 4 + tq;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-        if constexpr (!BS) A.q[nt] = p.q8 + (size_t)min(nt * 8 + gid, p.m - 1) * p.k + tq * 8;
+        const int b_tok = CP ? min(gid & 1, p.m - 1) : min(nt * 8 + gid, p.m - 1);
+        if constexpr (TOKS != 1)
+            A.q[nt] = p.q8 + (size_t)b_tok * p.k + (size_t)g_begin * 128 + (CP ? (gid >> 1) * 32 : 0) + tq * 8;
 #pragma unroll
         for (int j = 0; j < NJ; ++j) {
-            const int tok = BS ? min(j, p.m - 1) : min(nt * 8 + 2 * tq + j, p.m - 1);
+            const int tok = TOKS <= 2 ? min(j, p.m - 1) : min(nt * 8 + 2 * tq + j, p.m - 1);
             A.xs[nt][j] = p.xs + (size_t)tok * G + g_begin;
             A.sums[nt][j] = p.sums + (size_t)tok * G + g_begin;
         }
@@ -420,7 +467,7 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &
 
 // Sums the warps' accumulators in warp order (deterministic) through `red` (shared memory,
 // warps * RT * NT * 128 floats, free for this use) and stores the row block's outputs (acc is
-// used up: bit slices combine their lanes in it first). SPLIT:
+// used up: at m <= 2 the lanes combine in it first). SPLIT:
 // the block holds split `split` of p.splits of row block rb's groups: it writes its sums to
 // p.partial and the last of the row block's blocks to arrive adds the splits' partials in split
 // order (deterministic whichever block is last) and stores them.
@@ -428,11 +475,13 @@ template <int RT, int NT, int TOKS, bool SPLIT>
 __device__ __forceinline__ void reduce_store(const pq2_decode_problem &p, float *red, int rb, int split, int warp,
                                              int warps, int lane, float (&acc)[RT][NT][4])
 {
-    if constexpr (kBitSliced<TOKS>) {
-        // Bit slices (unit_mma): lane tq holds 4^-tq times its bit planes' share of rows gid,
-        // gid+8 (tokens 0, 1); scaled back exactly (a power of two) and summed over the four
-        // lanes in a fixed order, (tq 0 + tq 1) + (tq 2 + tq 3), which lane tq == 0 keeps.
-        const float back = __int_as_float(0x3f800000 + ((lane & 3) << 24));  // 4^tq, exact
+    if constexpr (TOKS <= 2) {
+        // m <= 2 (unit_mma): lane tq holds 4^-tq (bit slices) or 4^tq (column planes) times its
+        // share of rows gid, gid+8 (tokens 0, 1); scaled back exactly (a power of two) and summed
+        // over the four lanes in a fixed order, (tq 0 + tq 1) + (tq 2 + tq 3), which lane tq == 0
+        // keeps.
+        const int e = (TOKS == 1 ? 1 : -1) * ((lane & 3) << 24);
+        const float back = __int_as_float(0x3f800000 + e);  // 4^tq or 4^-tq, exact
 #pragma unroll
         for (int r = 0; r < RT; ++r)
 #pragma unroll
@@ -528,8 +577,8 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     if (len > 0) src.load(b0, 0, min(len, U));
     if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
-    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, kBitSliced<TOKS>>(p, G, g_begin, lane);
-    const bs_consts bs(lane);
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, g_begin, lane);
+    lane_consts<TOKS> lc(lane);
 
     for (;;) {
         float acc[RT][NT][4];
@@ -543,7 +592,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             // and the kernel gets slower, nor for split grids (more registers; NOTES v9f).
             act_ptrs<NT, NJ> a = A;
             for (int i = 0;;) {
-                compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, bs, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, lc, acc);
                 i += U;
                 if (i >= len) break;
                 src.advance(U), a.advance(U);
@@ -563,22 +612,22 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                     src.advance(1);
                     src.load(b0, 0, 1);
                 }
-                compute_batch<RT, U, NT, TOKS>(b0, 0, 1, a, bs, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, 0, 1, a, lc, acc);
                 a.advance(1);
             }
         } else if constexpr (STAGES == 1) {
             for (int i = 0; i < len; i += U) {
                 if (i > 0) src.load(b0, i, min(len - i, U));
-                compute_batch<RT, U, NT, TOKS>(b0, i, min(len - i, U), A, bs, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, i, min(len - i, U), A, lc, acc);
             }
         } else {
             // Ping-pong between two register sets (no copies): b0 holds units [i, i+U) and b1
             // [i+U, i+2U); each is refilled as soon as it has been computed.
             for (int i = 0; i < len; i += 2 * U) {
-                compute_batch<RT, U, NT, TOKS>(b0, i, min(len - i, U), A, bs, acc);
+                compute_batch<RT, U, NT, TOKS>(b0, i, min(len - i, U), A, lc, acc);
                 if (i + 2 * U < len) src.load(b0, i + 2 * U, min(len - i - 2 * U, U));
                 if (i + U >= len) break;
-                compute_batch<RT, U, NT, TOKS>(b1, i + U, min(len - i - U, U), A, bs, acc);
+                compute_batch<RT, U, NT, TOKS>(b1, i + U, min(len - i - U, U), A, lc, acc);
                 if (i + 3 * U < len) src.load(b1, i + 3 * U, min(len - i - 3 * U, U));
             }
         }
@@ -647,8 +696,8 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     }
     __syncwarp();
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
-    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, kBitSliced<TOKS>>(p, G, ws.g_begin, lane);
-    const bs_consts bs(lane);
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, ws.g_begin, lane);
+    lane_consts<TOKS> lc(lane);
     float acc[RT][NT][4];
     zero_acc(acc);
 
@@ -668,7 +717,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
                 w[r] = *reinterpret_cast<const uint4 *>(st + (u * RT + r) * 512 + lane * 16);
                 sc[r] = *reinterpret_cast<const uint32_t *>(st + slot::kCodes + (u * RT + r) * 32 + gid * 4);
             }
-            unit_mma<RT, NT, TOKS>(w, sc, i * U + u, A, bs, acc);
+            unit_mma<RT, NT, TOKS>(w, sc, i * U + u, A, lc, acc);
         }
         // Refill the slot just read: every lane's reads of it are done (and ordered before the
         // bulk copy's writes) before lane 0 issues it.
@@ -686,7 +735,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 // 2: next batch loads during this one). Only the combinations ptxas compiles without spills
 // (tools/ptxas_report.py; batches of at most 4 sub-tiles, and tiles rt 2 U 4 stages 1 for
 // m <= 8: 8 sub-tiles); tiles rt 4 serves m <= 8 (larger m goes to the stream family).
-#define PQ2_T12(X, L, R, U, S) X(L, R, U, 1, S) X(L, R, U, 2, S)  // m == 1 and m == 2 (bit slices)
+#define PQ2_T12(X, L, R, U, S) X(L, R, U, 1, S) X(L, R, U, 2, S)  // m == 1 (bit slices) and m == 2 (column planes)
 #define PQ2_ROWBLOCK_ALL_TOKS(X, L, R, U) \
     PQ2_T12(X, L, R, U, 1) X(L, R, U, 8, 1) X(L, R, U, 16, 1) PQ2_T12(X, L, R, U, 2) X(L, R, U, 8, 2) X(L, R, U, 16, 2)
 #define PQ2_ROWBLOCK_LEAN_16(X, L, R, U) \
@@ -707,14 +756,14 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_PLANES, 2, 1, 16, 2) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 1)                              \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2)                               \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
-// Left out since the column planes (spills, NOTES v10a; kept out with the bit slices): planes rt 1 U 1 m=1 stages 1, tiles rt 2
+// Left out since the column planes (spills, NOTES v10a; still with the bit slices): planes rt 1 U 1 m=1 stages 1, tiles rt 2
 // U 1 m=2 stages 2.
 // The persistent register kernels (config blocks > 0): tiles, the same combinations less those
 // that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m=1 stages 1; rt 4 U 1 m<=8 stages 2;
 // since the column planes also rt 1 U 2 m=1 stages 2, rt 2 U 1 m=1 stages 2 and rt 2 U 2 m=1
-// stages 1).
+// stages 1; since the bit slices rt 1 U 2 m=1 stages 1).
 #define PQ2_PERSIST_INSTANCES(X)                                                                          \
-    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 2, 1)                \
+    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) X(PQ2_LAYOUT_TILES, 1, 2, 2, 1)                      \
     X(PQ2_LAYOUT_TILES, 1, 2, 8, 1) X(PQ2_LAYOUT_TILES, 1, 2, 16, 1) X(PQ2_LAYOUT_TILES, 1, 2, 2, 2)      \
     X(PQ2_LAYOUT_TILES, 1, 2, 8, 2) X(PQ2_LAYOUT_TILES, 1, 2, 16, 2) X(PQ2_LAYOUT_TILES, 1, 4, 2, 1)      \
     X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1)                                      \
@@ -734,14 +783,16 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     PQ2_RING_TOKS(X, 2, 2) X(4, 1, 1) X(4, 1, 2) X(4, 1, 8)
 
 // The split register kernels (config splits > 1): tiles rt 2 and planes rt 1-2 (the layouts'
-// usual row blocks), the register kernels' combinations less planes rt 2 U 1 m > 8 stages 2 and
-// tiles rt 2 U 1 m <= 8 stages 1 (spill).
+// usual row blocks), the register kernels' combinations less planes rt 2 U 1 m > 8 stages 2,
+// tiles rt 2 U 1 m <= 8 stages 1 and (since the bit slices) planes rt 1 U 2 m=1 stages 2 (spill).
 #define PQ2_SPLIT_INSTANCES(X)                                                                            \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1)                                \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 2) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2)                                 \
     PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1)                 \
     X(PQ2_LAYOUT_TILES, 2, 4, 8, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 1)                     \
-    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1)                    \
+    PQ2_T12(X, PQ2_LAYOUT_PLANES, 1, 2, 1) X(PQ2_LAYOUT_PLANES, 1, 2, 8, 1)                               \
+    X(PQ2_LAYOUT_PLANES, 1, 2, 16, 1) X(PQ2_LAYOUT_PLANES, 1, 2, 2, 2) X(PQ2_LAYOUT_PLANES, 1, 2, 8, 2)   \
+    X(PQ2_LAYOUT_PLANES, 1, 2, 16, 2) X(PQ2_LAYOUT_PLANES, 2, 1, 8, 1)                                    \
     X(PQ2_LAYOUT_PLANES, 2, 1, 16, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 1, 2)                              \
     X(PQ2_LAYOUT_PLANES, 2, 1, 8, 2) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 1)                               \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2)                               \
@@ -749,7 +800,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 
 using rowblock_fn = void (*)(const pq2_decode_problem);
 
-// The TOKS of an instance for m (the stream family's classes plus 2: m == 2 has bit slices).
+// The TOKS of an instance for m (the stream family's classes plus 2: m == 2 has column planes).
 int rowblock_tokens_class(int64_t m) { return m == 2 ? 2 : pq2_decode_tokens_class(m); }
 using ring_fn = void (*)(const pq2_decode_problem, int);
 

@@ -313,7 +313,7 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     // clears them in its quantiser).
     if (pq2_decode_counters(c.cfg, c.v.n) > 0)
         PQ2_CUDA_TRY(fn, cudaMemsetAsync(c.ws + c.plan.counters, 0, c.plan.partial - c.plan.counters, s));
-    // The m <= 2 row-block kernels read the bit-sliced copy of q8: made here, in the workspace.
+    // The m == 1 row-block kernels read the bit-sliced copy of q8: made here, in the workspace.
     if (pq2_decode_needs_bits(c.cfg, m))
         PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, reinterpret_cast<uint32_t *>(c.ws + c.plan.bits), s));
     PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, false, s));

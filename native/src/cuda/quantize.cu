@@ -1,7 +1,7 @@
 // quantize.cu - group-128 Q8 activation quantisation on the GPU (FORMATS.md), bit-exact with
 // pq2_quantize_q8_host: scale = max|x| * (1.0f/127), q = clamp(rint(x / scale), -127, 127) with a
 // correctly rounded fp32 division, plane order q8[g*128 + (i%4)*32 + i/4], int32 group sums;
-// optionally also the bit-sliced copy of the q8 the m <= 2 row-block kernels read (common.cuh,
+// optionally also the bit-sliced copy of the q8 the m == 1 row-block kernels read (common.cuh,
 // PQ2_BITS_GROUP_WORDS), here or from existing q8 (pq2_bitslice_launch).
 #include "quantize.cuh"
 
