@@ -62,6 +62,28 @@ def quantize_q8(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.ascontiguousarray(q8), scales, sums
 
 
+BITS_GROUP_WORDS = 128  # common.cuh PQ2_BITS_GROUP_WORDS
+
+
+def bitslice_q8(q8) -> np.ndarray:
+    """uint32[m, k/128, 128]: the bit-sliced copy of plane-order q8[m, k] the m == 1 GPU kernels
+    read (common.cuh): word (b*4 + tq)*4 + w of a group is, for w in 0..1 ("B1"), bit b of the
+    q (two's complement byte) of element 32*tq + 16*w + 4*c + s at bits 8c + 2s and 8c + 2s + 1;
+    for w in 2..3 ("B2"), word w - 2 with only the odd bits kept.
+    """
+    q8 = np.asarray(q8, dtype=np.int8)
+    m, k = q8.shape
+    g = k // GROUP
+    # plane order -> element order: position s*32 + b holds element 4b + s
+    q = q8.reshape(m, g, 4, 32).transpose(0, 1, 3, 2).reshape(m, g, GROUP).view(np.uint8)
+    e = q.reshape(m, g, 4, 2, 4, 4)                              # element 32tq + 16w + 4c + s
+    bits = (e[None] >> np.arange(8, dtype=np.uint8).reshape(8, 1, 1, 1, 1, 1, 1)) & 1  # (b, m, g, tq, w, c, s)
+    shift = (8 * np.arange(4).reshape(4, 1) + 2 * np.arange(4).reshape(1, 4)).astype(np.uint32)
+    b1 = (bits.astype(np.uint32) * (np.uint32(3) << shift)).sum(axis=(5, 6), dtype=np.uint32)  # (b, m, g, tq, w)
+    words = np.concatenate([b1, b1 & np.uint32(0xAAAAAAAA)], axis=4)                  # w = 0..3
+    return np.ascontiguousarray(words.transpose(1, 2, 0, 3, 4).reshape(m, g, BITS_GROUP_WORDS))
+
+
 def matmul_q8(raw, n: int, k: int, x) -> np.ndarray:
     """float64[m,n]: the exact answer of the Q8 problem pq2_matmul_host solves.
 
