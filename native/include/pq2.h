@@ -224,7 +224,9 @@ PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t 
                                    int32_t y_dtype, int64_t m, const pq2_decode_config *cfg,
                                    void *workspace, size_t workspace_bytes, void *stream);
 /* The same product on activations already quantised by pq2_quantize_q8_cuda (q8, scales, sums
- * exactly as that call writes them). */
+ * exactly as that call writes them). At m = 1 the row-block kernels read a bit-sliced copy of q8
+ * as well: this call makes it in the workspace with one small kernel before the matmul (inside
+ * pq2_matmul_cuda the quantiser writes it). */
 PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int8_t *q8, const float *scales,
                                       const int32_t *sums, void *y, int32_t y_dtype, int64_t m,
                                       const pq2_decode_config *cfg, void *workspace,
