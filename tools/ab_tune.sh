@@ -7,18 +7,18 @@
 # Usage (device tool, carry .whl and the trees): [MS=1,2] bash tools/ab_tune.sh NAME...
 #   NAME "cur" is this working tree; any other NAME is a tree at exp/NAME, e.g. made with
 #   `git archive <commit> | tar -x -C exp/NAME` (exp/ is listed in .git/info/exclude, so carry it).
-# Writes $OUT/tune_NAME.{json,log} and $OUT/build_NAME.log (cmake and build; the device tool
-# returns at most 8 files, so 3 trees plus the caller's own 2 logs fit).
+# Writes $OUT/tune_NAME.{json,log} (the device tool returns at most 8 files: 3 trees and the
+# caller's own 2 logs fit); the cmake and build logs stay in /tmp/ab_NAME.log, shown on failure.
 set -eo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 for v in "$@"; do
   src=exp/$v; [ "$v" = cur ] && src=.
   test -f "$src/CMakeLists.txt" || { echo "ab_tune: no source tree at $src" >&2; exit 2; }
   cmake -S "$src" -B "/tmp/ab_$v" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPQ2_CUDA=ON -DPQ2_CUDA_ARCHS="90a-real" \
-    > "$OUT/build_$v.log" 2>&1
+    > "/tmp/ab_$v.log" 2>&1
 done
 for v in "$@"; do
-  cmake --build "/tmp/ab_$v" >> "$OUT/build_$v.log" 2>&1 || { echo "build $v failed"; tail -n 20 "$OUT/build_$v.log"; exit 1; }
+  cmake --build "/tmp/ab_$v" >> "/tmp/ab_$v.log" 2>&1 || { echo "build $v failed"; tail -n 20 "/tmp/ab_$v.log"; exit 1; }
 done
 # Each tree tunes with its own package and tools (trees may differ in ABI or layout version).
 root=$PWD
