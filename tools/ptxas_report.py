@@ -26,6 +26,11 @@ def demangle(name: str) -> str:
     """decode_kernel<2, 2, 4, 1> from its mangled name (template integer and bool arguments only)."""
     cut = name.find("ILi")
     if cut < 0:
+        # A plain function in an anonymous namespace: the namespace's name hashes the source path
+        # (it differs between checkouts), so keep only the function's own name.
+        m = re.match(r"_ZN\d+_GLOBAL__N__\w*?_[0-9a-f]{8}(\d+)(\w+)", name)
+        if m and len(m.group(2)) >= int(m.group(1)):
+            return m.group(2)[:int(m.group(1))]
         return name
     prefix, base = name[:cut], name[:cut]
     # The template's name is the last length-prefixed component: <digits><identifier> whose
