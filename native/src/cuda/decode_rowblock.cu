@@ -253,8 +253,8 @@ struct lane_consts<2> {
 
 // The A fragments of the four planes of a lane's 16 code bytes of one sub-tile (fragment order,
 // see batch): a[s] holds {row gid, row gid+8} x {code bytes tq*8..+3, tq*8+4..+7} of plane s,
-// masked in place
-// (pq2_plane: code * 4^s) or moved to the top two bits of each byte (TOP, pq2_plane_top: code * 64).
+// masked in place (pq2_plane: code * 4^s) or moved to the top two bits of each byte (TOP,
+// pq2_plane_top: code * 64).
 template <bool TOP, int S>
 __device__ __forceinline__ uint32_t plane_of(uint32_t v)
 {
@@ -300,7 +300,7 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
         // combines its two bit planes (f2); its float accumulators take 4^-tq of the row's
         // dot(code - 1, q), and reduce_store scales lane tq by 4^tq and adds the four lanes.
         // (m == 2 the same way needs two B operands and 60 registers instead of 56, which cost
-        // gate_up a second wave of blocks; NOTES v11.)
+        // gate_up a second wave of blocks; NOTES v11b.)
         const uint4 bx = __ldg(A.xb + (unsigned)g * (PQ2_BITS_GROUP_WORDS / 4));
         const int ns = __ldg(A.sums[0][0] + (unsigned)g) * lc.c_neg;
         const float xs = __ldg(A.xs[0][0] + (unsigned)g);

@@ -129,15 +129,23 @@ bitslice_kernel(const int8_t *__restrict__ q8, int64_t tasks, uint32_t *__restri
 
 }  // namespace
 
+// Blocks of kWarpsPerBlock warps for one warp per (row, group) of an m x k problem.
+static pq2_status group_blocks(const char *fn, int64_t m, int64_t k, unsigned *blocks)
+{
+    const int64_t n = (m * (k >> 7) + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    if (n > INT32_MAX)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld k=%lld is too large", fn, (long long)m,
+                             (long long)k);
+    *blocks = (unsigned)n;
+    return PQ2_OK;
+}
+
 pq2_status pq2_bitslice_launch(const char *fn, const int8_t *q8, int64_t m, int64_t k, uint32_t *bits,
                                cudaStream_t stream)
 {
-    const int64_t tasks = m * (k >> 7);
-    const int64_t blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    if (blocks > INT32_MAX)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld k=%lld is too large", fn, (long long)m,
-                             (long long)k);
-    bitslice_kernel<<<(unsigned)blocks, kWarpsPerBlock * 32, 0, stream>>>(q8, tasks, bits);
+    unsigned blocks;
+    PQ2_CHECK(group_blocks(fn, m, k, &blocks));
+    bitslice_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(q8, m * (k >> 7), bits);
     return pq2_launch_status(fn);
 }
 
@@ -146,12 +154,9 @@ pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, i
                                uint32_t *bits, uint32_t *zero, int32_t n_zero, bool pdl,
                                cudaStream_t stream)
 {
-    const int64_t tasks = m * (k >> 7);
-    const int64_t blocks = (tasks + kWarpsPerBlock - 1) / kWarpsPerBlock;
-    if (blocks > INT32_MAX)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld k=%lld is too large", fn, (long long)m,
-                             (long long)k);
-    pq2_launch l((unsigned)blocks, kWarpsPerBlock * 32, 0, stream, pdl);
+    unsigned blocks;
+    PQ2_CHECK(group_blocks(fn, m, k, &blocks));
+    pq2_launch l(blocks, kWarpsPerBlock * 32, 0, stream, pdl);
     switch (x_dtype) {
     case PQ2_DTYPE_F32:
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8, scales, sums, bits, zero, n_zero));
