@@ -1,0 +1,91 @@
+#!/usr/bin/env python3
+"""Source trees with one link of a decode call knocked out, for timing only (their results are
+wrong on purpose): bench/NOTES.md v11d. Each tree is `git archive REV` into exp/NAME with one
+patch applied; time them beside the real code in one device call with tools/ab_tune.sh:
+
+    python3 tools/knockout_trees.py nowait qempty qnobits noact
+    # device tool, carry [".whl", "exp"]:  MS=1 bash tools/ab_tune.sh cur nowait qempty
+
+Knockouts (M = 1 row-block kernels and the quantiser):
+    nowait   the matmul does not wait for the quantiser grid (PDL launch only)
+    qempty   the quantiser returns right after its PDL wait (and the counter clearing)
+    qnobits  the quantiser writes no bit slices
+    noact    the M = 1 loop loads no activations (constants instead)
+A patch whose anchor text is gone fails loudly: update it with the code it knocks out.
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+ROWBLOCK = "native/src/cuda/decode_rowblock.cu"
+QUANT = "native/src/cuda/quantize.cu"
+
+PATCHES = {
+    "nowait": (ROWBLOCK,
+               "    pq2_pdl_handoff();  // the quantiser's outputs are read only after this\n"
+               "    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, g_begin, lane);",
+               "    // KNOCKOUT (timing only): m == 1 does not wait for the quantiser.\n"
+               "    if constexpr (TOKS == 1) {\n"
+               "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
+               "        asm volatile(\"griddepcontrol.launch_dependents;\");\n"
+               "#endif\n"
+               "    } else {\n"
+               "        pq2_pdl_handoff();\n"
+               "    }\n"
+               "    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, g_begin, lane);"),
+    "qempty": (QUANT,
+               "    const int lane = threadIdx.x & 31;\n    const int64_t groups = k >> 7;",
+               "    if (n_zero >= 0) return;  // KNOCKOUT (timing only): no work after the PDL wait\n"
+               "    const int lane = threadIdx.x & 31;\n    const int64_t groups = k >> 7;"),
+    "qnobits": (QUANT,
+                "    if (bits) bitslice_group(qs, lane, bits + (size_t)task * PQ2_BITS_GROUP_WORDS);",
+                "    (void)qs;  // KNOCKOUT (timing only): no bit slices"),
+    "noact": (ROWBLOCK,
+              "        const uint4 bx = __ldg(A.xb + (unsigned)g * (PQ2_BITS_GROUP_WORDS / 4));\n"
+              "        const int ns = __ldg(A.sums[0][0] + (unsigned)g) * lc.c_neg;\n"
+              "        const float xs = __ldg(A.xs[0][0] + (unsigned)g);",
+              "        // KNOCKOUT (timing only): no activation loads.\n"
+              "        const uint32_t h = (unsigned)g * 0x9E3779B9u ^ (uint32_t)lc.f2;\n"
+              "        const uint4 bx = make_uint4(h, h * 3u, h & 0xAAAAAAAAu, (h * 3u) & 0xAAAAAAAAu);\n"
+              "        const int ns = lc.c_neg;\n"
+              "        const float xs = 1.0f;"),
+}
+
+
+def make_tree(name: str, rev: str) -> Path:
+    path, anchor, replacement = PATCHES[name]
+    dest = ROOT / "exp" / name
+    if dest.exists():
+        raise SystemExit(f"{dest} exists; remove it first")
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        members = [m for m in tar.getmembers() if not m.name.startswith("bench/results/")]
+        tar.extractall(dest, members=members, filter="data")
+    src = dest / path
+    text = src.read_text()
+    if text.count(anchor) != 1:
+        raise SystemExit(f"{name}: the anchor text occurs {text.count(anchor)} times in {path} at {rev} "
+                         "(expected once); update PATCHES")
+    src.write_text(text.replace(anchor, replacement))
+    return dest
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("names", nargs="+", choices=sorted(PATCHES))
+    ap.add_argument("--rev", default="HEAD", help="commit to patch (default HEAD)")
+    args = ap.parse_args()
+    for name in args.names:
+        print(f"exp/{name}: {args.rev} with the '{name}' knockout", file=sys.stderr)
+        make_tree(name, args.rev)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
