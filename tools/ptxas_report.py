@@ -50,11 +50,15 @@ def demangle(name: str) -> str:
     return f"{base}<{', '.join(args)}>"
 
 
+def nvcc(arch: str = "90a") -> list[str]:
+    """The nvcc command (and flags) these tools compile one libpq2 CUDA file with."""
+    return ["nvcc", "-std=c++17", "-O3", f"-gencode=arch=compute_{arch},code=sm_{arch}",
+            f"-I{ROOT / 'native/include'}", f"-I{ROOT / 'native/src'}"]
+
+
 def report(src: Path, arch: str):
     with tempfile.TemporaryDirectory() as tmp:
-        cmd = ["nvcc", "-std=c++17", "-O3", "-Xptxas", "-v", f"-gencode=arch=compute_{arch},code=sm_{arch}",
-               f"-I{ROOT / 'native/include'}", f"-I{ROOT / 'native/src'}", "-c", str(src),
-               "-o", str(Path(tmp) / "k.o")]
+        cmd = nvcc(arch) + ["-Xptxas", "-v", "-c", str(src), "-o", str(Path(tmp) / "k.o")]
         out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         raise SystemExit(f"nvcc failed on {src}:\n{out.stderr}")

@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ptxas_report import ROOT, demangle
+from ptxas_report import demangle, nvcc
 
 
 def functions(sass: str):
@@ -57,8 +57,7 @@ def sass_text(target: str) -> str:
     if target.endswith(".cu"):
         with tempfile.TemporaryDirectory() as tmp:
             cubin = str(Path(tmp) / "k.cubin")
-            subprocess.run(["nvcc", "-std=c++17", "-O3", "-arch=sm_90a", "-cubin", f"-I{ROOT / 'native/include'}",
-                            f"-I{ROOT / 'native/src'}", "-o", cubin, target], check=True)
+            subprocess.run(nvcc() + ["-cubin", "-o", cubin, target], check=True)
             return subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
     return subprocess.run([tool, "-sass", target], capture_output=True, text=True, check=True).stdout
 

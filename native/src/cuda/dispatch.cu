@@ -249,6 +249,7 @@ struct matmul_call {
     int64_t blocks;
     workspace_plan plan;
     uint8_t *ws;
+    uint32_t *bits;  // the bit-sliced q8 in the workspace when the kernel reads it (m == 1), else NULL
 };
 
 static pq2_status begin_matmul(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dtype,
@@ -259,6 +260,7 @@ static pq2_status begin_matmul(const char *fn, const pq2_weights *w, int64_t m, 
     c->plan = plan_workspace(c->v, m, c->cfg, c->blocks);
     PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, c->plan.total));
     c->ws = static_cast<uint8_t *>(workspace);
+    c->bits = pq2_decode_needs_bits(c->cfg, m) ? reinterpret_cast<uint32_t *>(c->ws + c->plan.bits) : nullptr;
     return PQ2_OK;
 }
 
@@ -283,8 +285,7 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     int8_t *q8 = reinterpret_cast<int8_t *>(c.ws + c.plan.q8);
     float *xs = reinterpret_cast<float *>(c.ws + c.plan.xs);
     int32_t *sums = reinterpret_cast<int32_t *>(c.ws + c.plan.sums);
-    uint32_t *bits = pq2_decode_needs_bits(c.cfg, m) ? reinterpret_cast<uint32_t *>(c.ws + c.plan.bits) : nullptr;
-    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, bits,
+    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, c.bits,
                                   reinterpret_cast<uint32_t *>(c.ws + c.plan.counters), n_counters,
                                   pq2_pdl_ok(), s));
     PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, xs, sums, y, y_dtype, c.ws, c.plan, pq2_pdl_ok(), s));
@@ -314,8 +315,7 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     if (pq2_decode_counters(c.cfg, c.v.n) > 0)
         PQ2_CUDA_TRY(fn, cudaMemsetAsync(c.ws + c.plan.counters, 0, c.plan.partial - c.plan.counters, s));
     // The m == 1 row-block kernels read the bit-sliced copy of q8: made here, in the workspace.
-    if (pq2_decode_needs_bits(c.cfg, m))
-        PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, reinterpret_cast<uint32_t *>(c.ws + c.plan.bits), s));
+    if (c.bits) PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, c.bits, s));
     PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, false, s));
     return pq2_ok();
 }

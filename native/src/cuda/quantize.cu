@@ -15,8 +15,8 @@ constexpr int kWarpsPerBlock = 8;
 // nibbles (nibble b: bit b of q[s] at bit s) packed in one word; lane L then fetches the words of
 // the eight lanes holding elements 32*tq + 16*w + 4*c + s (lane 8*tq + 4*w + c), spreads their
 // nibble b to bits 2s, 2s+1 of byte c and ORs the bytes into its two B1 words. (The quantiser's
-// latency is on every call's critical path: this form measured 0.1-0.9 us per call less than
-// stores of one word per bit plane and lane quad; NOTES v11e.)
+// latency is on every call's critical path: this form measured 0.1-0.5 us per layer call less
+// than stores of one word per bit plane and lane quad; NOTES v11e.)
 __device__ __forceinline__ void bitslice_group(const int (&q)[4], int lane, uint32_t *__restrict__ out)
 {
     const uint32_t packed = (uint32_t)(q[0] & 0xff) | (uint32_t)(q[1] & 0xff) << 8 |
