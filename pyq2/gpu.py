@@ -38,27 +38,23 @@ def _stream_ptr(stream):
     return _native.load()[0].cast("void *", s.cuda_stream)
 
 
-CONFIG_FIELDS = ("rt", "warps", "unroll", "stages", "blocks", "family", "splits", "cluster")
+CONFIG_FIELDS = ("rt", "warps", "unroll", "stages", "blocks", "family", "splits")
 FAMILIES = {"stream": 0, "rowblock": 1}  # PQ2_DECODE_STREAM, PQ2_DECODE_ROWBLOCK (pq2.h)
 
 
-def decode_config(rt: int, warps: int, unroll: int, stages: int, blocks: int = 0, family=0, splits: int = 0,
-                  cluster: int = 0):
+def decode_config(rt: int, warps: int, unroll: int, stages: int, blocks: int = 0, family=0, splits: int = 0):
     """A pq2_decode_config (cffi struct) for explicit launches (tuning, tests).
 
     family: 0 / "stream" (shared-memory ring, planes and tiles) or 1 / "rowblock" (one block
     per row block; planes and tiles; with blocks > 0 and tiles, a persistent grid of at most
     blocks * SMs blocks looping over row blocks; with splits > 1, that many blocks per row block,
-    each taking a share of its 128-groups; with cluster 1, 2, 4 or 8 at m = 1, the matmul's blocks
-    quantise the activations themselves, in thread-block clusters of that many blocks: one
-    kernel per call, no workspace); see pq2.h.
+    each taking a share of its 128-groups); see pq2.h.
     """
     ffi, _ = _native.load()
     c = ffi.new("pq2_decode_config *")
     c.rt, c.warps, c.unroll, c.stages, c.blocks = rt, warps, unroll, stages, blocks
     c.family = FAMILIES[family] if isinstance(family, str) else family
     c.splits = splits
-    c.cluster = cluster
     return c
 
 

@@ -308,84 +308,6 @@ def test_rowblock_model_shapes(name):
     check_rowblock_every_m(MODEL_SHAPES[name], "tiles", 2, ROWBLOCK_BY_TOKS)
 
 
-# The fused kernels (config cluster > 0, m = 1; PQ2_FUSED_INSTANCES): (layout, rt, unroll, stages)
-FUSED = [("tiles", 1, 2, 1), ("tiles", 1, 4, 1), ("tiles", 2, 1, 1), ("tiles", 2, 2, 1), ("tiles", 2, 4, 1),
-         ("tiles", 2, 1, 2), ("tiles", 2, 2, 2), ("tiles", 4, 1, 1), ("planes", 1, 2, 1), ("planes", 2, 1, 1),
-         ("planes", 2, 2, 1)]
-
-
-def poisoned(m, n, dtype):
-    return torch.full((m, n), float("nan"), dtype=dtype, device="cuda")
-
-
-@pytest.mark.parametrize("layout,rt,unroll,stages", FUSED, ids=["-".join(map(str, f)) for f in FUSED])
-def test_fused_every_shape(layout, rt, unroll, stages):
-    """config cluster 1-8 (m = 1: the matmul's blocks quantise x themselves, sharing the groups in
-    a thread-block cluster; the grid padded to a multiple of the cluster, n1_k128 has 1 row block)
-    on the odd and two model shapes, 3 and 16 warps: within Y_TOL of the reference, no workspace,
-    and bit-identical to the same configuration with the quantiser kernel (cluster 0, where that
-    instance is compiled) and to pq2_matmul_q8_cuda (the kernel bit-slices the caller's q8)."""
-    layout_rt = rt if layout == "tiles" else 0
-    shapes = list(ODD_SHAPES.items()) + [("out", MODEL_SHAPES["out"]), ("down", MODEL_SHAPES["down"])]
-    empty = torch.empty(0, dtype=torch.uint8, device="cuda")
-    for i, (name, shape) in enumerate(shapes):
-        codes, scales, w = weights(shape, "random", layout, layout_rt)
-        dtype = dtype_for(i)
-        x = activations(1, shape[1], "outliers", dtype, seed=i)
-        q8, xs, sums = quantize_q8(x)
-        ref = q8_reference(codes, scales, q8, xs, sums)
-        for warps in (3, 16):
-            try:
-                base = w.matmul(x, out=poisoned(1, shape[0], dtype),
-                                cfg=decode_config(rt, warps, unroll, stages, 0, "rowblock"))
-            except Pq2Error as e:  # no cluster-0 instance of this combination (spills)
-                assert "no compiled row-block kernel" in e.message, e
-                base = None
-            for cluster in (1, 2, 4, 8):
-                cfg = decode_config(rt, warps, unroll, stages, 0, "rowblock", 0, cluster)
-                assert w.workspace_size(1, cfg) == 0
-                y = w.matmul(x, out=poisoned(1, shape[0], dtype), workspace=empty, cfg=cfg)
-                yq = w.matmul_q8(q8, xs, sums, poisoned(1, shape[0], dtype), empty, cfg)
-                torch.cuda.synchronize()
-                what = f"{name} warps={warps} cluster={cluster}"
-                assert not torch.isnan(y).any(), f"unwritten outputs, {what}"
-                err = rel_rms(y, ref)
-                assert err <= Y_TOL[dtype], f"{what}: rel RMS {err:.3g}"
-                assert torch.equal(y, yq), f"{what}: x and q8 entry points differ"
-                if base is not None:
-                    assert torch.equal(y, base), f"{what}: differs from cluster 0"
-
-
-def test_fused_graph_replay_and_extremes():
-    """A fused call (dispatcher-independent: explicit config) captured in a CUDA graph and
-    replayed with new x; zero, huge and NaN-free extreme activations through the fused stage."""
-    shape = MODEL_SHAPES["qkv"]
-    codes, scales, w = weights(shape, "ternary", "tiles", 2)
-    cfg = decode_config(2, 8, 2, 1, 0, "rowblock", 0, 4)
-    x = activations(1, shape[1], "normal", torch.bfloat16, 5)
-    y = torch.empty(1, shape[0], dtype=torch.bfloat16, device="cuda")
-    ws = w.workspace(1, cfg)
-    wstruct = w.struct()
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        w.matmul(x, out=y, workspace=ws, cfg=cfg, w_struct=wstruct)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=s):
-        w.matmul(x, out=y, workspace=ws, cfg=cfg, w_struct=wstruct)
-    for seed in (6, 7):
-        x.copy_(activations(1, shape[1], "normal", torch.bfloat16, seed))
-        y.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        q8, xs, sums = quantize_q8(x)
-        assert rel_rms(y, q8_reference(codes, scales, q8, xs, sums)) <= Y_TOL[torch.bfloat16]
-    for kind in ("zero", "huge"):
-        for dtype in (torch.float32, torch.float16, torch.bfloat16):
-            check_matmul((1000, 640), 1, dtype, "tiles", 2, content="random", kind=kind,
-                         cfg=decode_config(2, 4, 1, 1, 0, "rowblock", 0, 2))
-
-
 @pytest.mark.parametrize("kind", ["zero", "huge", "outliers"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
 def test_activation_extremes(kind, dtype):
@@ -413,9 +335,6 @@ ROWBLOCK_CONFIGS += [(rt, warps, unroll, stages, 1, 1)  # persistent grids (tile
 ROWBLOCK_CONFIGS += [(rt, warps, unroll, stages, 0, 1, splits)  # split row blocks
                      for rt in (1, 2, 4) for warps in (1, 3, 16) for unroll in (1, 2, 4)
                      for stages in (1, 2) for splits in (2, 3)]
-ROWBLOCK_CONFIGS += [(rt, warps, unroll, stages, 0, 1, 0, cluster)  # fused quantisation (m = 1)
-                     for rt in (1, 2, 4) for warps in (1, 16) for unroll in (1, 2, 4)
-                     for stages in (1, 2) for cluster in (1, 8)]
 
 
 @pytest.mark.parametrize("m", [1, 7, 9, 16])
@@ -430,10 +349,10 @@ def test_every_config(m):
                              content="random", cfg=cfg, seed=rt + warps)
             except Pq2Error as e:
                 # may be refused: a ring too large for shared memory, the row-block family on
-                # planes, a row-block combination not compiled (spills), fused at m > 1
+                # planes, a row-block combination not compiled (spills)
                 assert e.status_name == "PQ2_ERR_UNSUPPORTED", e
                 assert ("shared memory" in e.message or "tiles layout only" in e.message
-                        or "no compiled row-block kernel" in e.message or "serves m = 1" in e.message), e
+                        or "no compiled row-block kernel" in e.message), e
 
 
 def test_deterministic_with_split_rows():
@@ -530,21 +449,6 @@ def test_bad_arguments_return_status():
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "warps=17" in e.message
     e = status_of(lambda: pl.matmul(x, cfg=decode_config(2, 4, 2, 3, 0, "rowblock")))  # ring: tiles only
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "tiles layout only" in e.message
-    x1 = activations(1, 640, "normal", torch.float32, 0)
-    e = status_of(lambda: w.matmul(x1, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", 0, 3)))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "cluster=3" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", 0, 2)))  # m = 2
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "cluster=2" in e.message and "m=2" in e.message
-    e = status_of(lambda: w.matmul(x1, cfg=decode_config(2, 4, 1, 1, 0, "rowblock", 2, 2)))  # splits
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "splits=2" in e.message
-    e = status_of(lambda: w.matmul(x1, cfg=decode_config(2, 4, 1, 1, 1, "rowblock", 0, 2)))  # persistent
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "blocks=1" in e.message
-    e = status_of(lambda: w.matmul(x1, cfg=decode_config(2, 4, 1, 3, 0, "rowblock", 0, 2)))  # ring
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "stages=3" in e.message
-    e = status_of(lambda: w.matmul(x1, cfg=decode_config(2, 4, 2, 4, 0, "stream", 0, 2)))
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "cluster=2" in e.message
-    e = status_of(lambda: w.matmul(x1, cfg=decode_config(2, 16, 4, 2, 0, "rowblock", 0, 2)))  # not compiled
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "fused" in e.message
     st = _lib.pq2_matmul_cuda(w.struct(), _ffi.NULL, 0, _ffi.NULL, 0, 1, _ffi.NULL, _ffi.NULL, 0,
                               _ffi.NULL)
     assert _ffi.string(_lib.pq2_status_name(st)) == b"PQ2_ERR_NULL_POINTER"

@@ -22,7 +22,7 @@ from pyq2.errors import Pq2Error
 from pyq2.gpu import CONFIG_FIELDS, FAMILIES, decode_config
 
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
-FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits", "fused")  # what --families can name
+FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits")  # what --families can name
 
 
 def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES):
@@ -31,27 +31,23 @@ def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES):
     if "stream" in families:
         warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
         for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
-            yield (rt, w, u, s, 0, 0, 0, 0)
+            yield (rt, w, u, s, 0, 0, 0)
     if "rowblock" in families and layout == "tiles":  # one block per row block
         for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2, 3, 4, 6)):
-            yield (layout_rt, w, u, s, 0, 1, 0, 0)
+            yield (layout_rt, w, u, s, 0, 1, 0)
         for w in (4, 8, 16):  # batches of 4 units (rt 2, m <= 8)
-            yield (layout_rt, w, 4, 1, 0, 1, 0, 0)
+            yield (layout_rt, w, 4, 1, 0, 1, 0)
     if "persistent" in families and layout == "tiles":  # register kernels on a persistent grid:
         for w, u, s in itertools.product((2, 4, 8, 16), (1, 2, 4), (1, 2)):  # half or all of the
             for b in sorted({max(1, 32 // w), 64 // w}):  # blocks per SM 64 warps allow
-                yield (layout_rt, w, u, s, b, 1, 0, 0)
+                yield (layout_rt, w, u, s, b, 1, 0)
     if "rowblock" in families and layout == "planes":  # register kernels only (no ring)
         for rt, w, u, s in itertools.product((1, 2), (2, 4, 8, 16), (1, 2), (1, 2)):
-            yield (rt, w, u, s, 0, 1, 0, 0)
+            yield (rt, w, u, s, 0, 1, 0)
     if "splits" in families:  # register kernels, row blocks split over 2-4 blocks
         rts = [layout_rt] if layout == "tiles" else [1, 2]
         for rt, w, u, s, sp in itertools.product(rts, (4, 8, 16), (1, 2), (1, 2), (2, 3, 4)):
-            yield (rt, w, u, s, 0, 1, sp, 0)
-    if "fused" in families and m == 1:  # quantisation in the matmul kernel, clusters of 1-8 blocks
-        rts = [layout_rt] if layout == "tiles" else [1, 2]
-        for rt, w, u, s, c in itertools.product(rts, (4, 8, 16), (1, 2, 4), (1, 2), (2, 4, 8)):
-            yield (rt, w, u, s, 0, 1, 0, c)
+            yield (rt, w, u, s, 0, 1, sp)
 
 
 # Within this fraction of the fastest, the lighter configuration wins (footprint()).
@@ -64,7 +60,7 @@ def footprint(cfg):
     memory per block keeps the next call's blocks from starting early in a chain of calls
     (bench/NOTES.md v8c: one such table entry cost the decode pass 0.26 ms while timing within
     1% of the register kernel on its own)."""
-    rt, warps, unroll, stages, blocks, family, splits, cluster = cfg
+    rt, warps, unroll, stages, blocks, family, splits = cfg
     return (stages >= 3, splits > 1)
 
 
@@ -128,13 +124,12 @@ def render_table(entries, env, keep=(), note=""):
     ]
     lines += [line for line in keep if line.startswith("// ") and "Generated" in line]
     lines += ["//",
-              "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits, "
-              "cluster)  // us"]
+              "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits)  // us"]
     lines += [line for line in keep if line.startswith("PQ2_TUNED(")]
     for layout, m, n, k, layout_rt, cfg, us in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[4], e[1])):
-        rt, warps, unroll, stages, blocks, family, splits, cluster = cfg
+        rt, warps, unroll, stages, blocks, family, splits = cfg
         args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt, FAMILY_NAMES[family],
-                                          rt, warps, unroll, stages, blocks, splits, cluster))
+                                          rt, warps, unroll, stages, blocks, splits))
         lines.append(f"PQ2_TUNED({args})  // {us:.1f} us")
     return "\n".join(lines) + "\n"
 
@@ -187,8 +182,7 @@ def main(argv=None):
     ap.add_argument("--families", default=",".join(FAMILY_CHOICES),
                     help="kernel families to search: stream, rowblock, persistent (row-block kernels "
                          "on a persistent grid: config blocks > 0), splits (row blocks split over "
-                         "several blocks: config splits > 1), fused (m = 1: the row-block kernels "
-                         "quantise the activations themselves: config cluster > 0)")
+                         "several blocks: config splits > 1)")
     ap.add_argument("--from-json", help="no GPU: re-pick the entries of a saved --json tune and --write them")
     args = ap.parse_args(argv)
     if args.from_json:

@@ -70,7 +70,7 @@ extern "C" {
 /* PQ2_CDEF_BEGIN */
 
 /* Bumped on any incompatible change of a signature, struct, enum value or layout. */
-#define PQ2_ABI_VERSION 5
+#define PQ2_ABI_VERSION 4
 
 /* Format version written to repacked files as pyq2.format_version. */
 #define PQ2_FORMAT_VERSION 2
@@ -200,12 +200,6 @@ typedef struct pq2_decode_config {
                        blocks than multiprocessors for few, long row blocks); the last block of
                        a row block to finish adds the splits' partial sums in split order
                        (deterministic; needs workspace). STREAM: must be 0 or 1. (ABI 3) */
-    int32_t cluster; /* 0 = a separate quantiser kernel writes the Q8 activations into the
-                       workspace before the matmul kernel. ROWBLOCK at m = 1 with stages 1-2,
-                       blocks 0 and splits 0-1 on sm_90: 1, 2, 4 or 8 = no quantiser kernel;
-                       the matmul's blocks quantise the activations into their own shared memory,
-                       in thread-block clusters of that many blocks that share the work through
-                       distributed shared memory (one grid per call, no workspace). (ABI 5) */
 } pq2_decode_config;
 
 /* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */
@@ -231,9 +225,8 @@ PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t 
                                    void *workspace, size_t workspace_bytes, void *stream);
 /* The same product on activations already quantised by pq2_quantize_q8_cuda (q8, scales, sums
  * exactly as that call writes them). At m = 1 the row-block kernels read a bit-sliced copy of q8
- * as well: with config cluster 0 this call makes it in the workspace with one small kernel before
- * the matmul (inside pq2_matmul_cuda the quantiser writes it); with cluster > 0 the matmul's
- * blocks make it in their shared memory. */
+ * as well: this call makes it in the workspace with one small kernel before the matmul (inside
+ * pq2_matmul_cuda the quantiser writes it). */
 PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int8_t *q8, const float *scales,
                                       const int32_t *sums, void *y, int32_t y_dtype, int64_t m,
                                       const pq2_decode_config *cfg, void *workspace,

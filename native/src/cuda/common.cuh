@@ -37,26 +37,19 @@ static inline pq2_status pq2_launch_status(const char *fn)
 // (cfg points at attr): pq2_launch l(...); cudaLaunchKernelEx(&l.cfg, kernel, args...).
 struct pq2_launch {
     cudaLaunchConfig_t cfg;
-    cudaLaunchAttribute attr[2];
+    cudaLaunchAttribute attr[1];
     pq2_launch(unsigned grid, unsigned block, size_t smem, cudaStream_t stream, bool pdl) : cfg(), attr()
     {
         cfg.gridDim = dim3(grid);
         cfg.blockDim = dim3(block);
         cfg.dynamicSmemBytes = smem;
         cfg.stream = stream;
-        cfg.attrs = attr;
         if (pdl) {
-            attr[cfg.numAttrs].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[cfg.numAttrs++].val.programmaticStreamSerializationAllowed = 1;
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr;
+            cfg.numAttrs = 1;
         }
-    }
-    // Thread-block clusters of `blocks` blocks along x (sm_90; the grid a multiple of it).
-    void cluster(unsigned blocks)
-    {
-        attr[cfg.numAttrs].id = cudaLaunchAttributeClusterDimension;
-        attr[cfg.numAttrs].val.clusterDim.x = blocks;
-        attr[cfg.numAttrs].val.clusterDim.y = 1;
-        attr[cfg.numAttrs++].val.clusterDim.z = 1;
     }
     pq2_launch(const pq2_launch &) = delete;
     pq2_launch &operator=(const pq2_launch &) = delete;

@@ -10,9 +10,6 @@ struct pq2_decode_problem {
     const float *xs;         // [m][k/128]
     const int32_t *sums;     // [m][k/128]
     const uint32_t *xbits;   // [m][k/128][PQ2_BITS_GROUP_WORDS] bit-sliced q8 (pq2_decode_needs_bits)
-    const void *x;           // config cluster > 0: the unquantised activations [1][k] (x_dtype),
-                             // or NULL: the kernel bit-slices q8 (xs, sums) itself
-    int32_t x_dtype;
     void *y;                 // [m][n], y_dtype
     float *partial;          // partial sums of row blocks split between warps [2 * warps][m][16*rt]
     uint32_t *counters;      // arrival counters, one per row block, zero on entry
@@ -24,15 +21,11 @@ struct pq2_decode_problem {
 // The token class of m, which picks a kernel instance: 1 (m == 1), 8 (m <= 8) or 16.
 static inline int pq2_decode_tokens_class(int64_t m) { return m == 1 ? 1 : m <= 8 ? 8 : 16; }
 
-// True when the call's kernel quantises its activations itself (config cluster > 0): no
-// quantiser kernel, no Q8 in the workspace.
-static inline bool pq2_decode_fused(const pq2_decode_config &cfg) { return cfg.cluster > 0; }
-
-// True when the call's kernel reads the bit-sliced activations (common.cuh) from the
-// workspace: the row-block family at m == 1 unless it makes them itself (fused).
+// True when the call's kernel reads the bit-sliced activations (common.cuh): the row-block
+// family at m == 1.
 static inline bool pq2_decode_needs_bits(const pq2_decode_config &cfg, int64_t m)
 {
-    return cfg.family == PQ2_DECODE_ROWBLOCK && m == 1 && !pq2_decode_fused(cfg);
+    return cfg.family == PQ2_DECODE_ROWBLOCK && m == 1;
 }
 
 // Row blocks (blocks along N) of a configuration: ceil(n / (16 * rt)).
@@ -97,17 +90,16 @@ pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
 // data) ----
 
 // Shared memory of one row-block launch (the cross-warp reduction; with stages >= 3 also the
-// warps' rings; fused (cluster > 0) also the bit-sliced activations of k).
-size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m, int64_t k);
+// warps' rings).
+size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m);
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin);
-// PQ2_OK when the row-block family has an instance for cfg with this layout, m and k that fits the
+// PQ2_OK when the row-block family has an instance for cfg with this layout and m that fits the
 // device (compute capability cc, max_smem bytes of shared memory per block), else an error
 // naming the values.
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                     int32_t layout_rt, int64_t m, int64_t k, int cc, int max_smem);
+                                     int32_t layout_rt, int64_t m, int cc, int max_smem);
 // The grid of cfg on a device with `sms` multiprocessors: one block per row block
-// (ceil(n / (16*rt)); fused: rounded up to a multiple of cfg.cluster, the blocks past the row
-// blocks only quantise), cfg.splits blocks per row block (splits > 1), or with cfg.blocks > 0 at
+// (ceil(n / (16*rt))), cfg.splits blocks per row block (splits > 1), or with cfg.blocks > 0 at
 // most cfg.blocks * sms blocks that loop over the row blocks.
 int64_t pq2_rowblock_grid(const pq2_decode_config &cfg, int64_t n, int sms);
 // Launches `blocks` (pq2_rowblock_grid) blocks.

@@ -36,7 +36,6 @@
 // blocks (tiles, blocks > 0); or `splits` blocks per row block, each taking a contiguous share of
 // its groups, the last to arrive adding the partial sums in split order (deterministic).
 #include "decode.cuh"
-#include "quantize.cuh"
 
 namespace {
 
@@ -114,58 +113,6 @@ __device__ __forceinline__ void fence_proxy_async()
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-#endif
-}
-
-// ---- sm_90 thread-block clusters (the fused kernels' activation stage) ----------------------
-
-__device__ __forceinline__ uint32_t cluster_rank()
-{
-    uint32_t r = 0;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-#endif
-    return r;
-}
-__device__ __forceinline__ uint32_t cluster_blocks()
-{
-    uint32_t n = 1;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-#endif
-    return n;
-}
-// The cluster barrier in two halves (every thread of every block of the cluster, warp-uniform).
-// arrive_relaxed orders nothing; arrive (release) + wait (acquire) make the shared-memory writes
-// before the arrive visible to every block after its wait.
-__device__ __forceinline__ void cluster_arrive_relaxed()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.relaxed.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_arrive()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.arrive.release.aligned;" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void cluster_wait()
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("barrier.cluster.wait.acquire.aligned;" ::: "memory");
-#endif
-}
-// Stores {a, b} at shared-memory address `addr` (of this block's layout) in block `rank` of the
-// cluster.
-__device__ __forceinline__ void st_cluster2(uint32_t addr, uint32_t rank, uint32_t a, uint32_t b)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    uint32_t remote;
-    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(addr), "r"(rank));
-    asm volatile("st.shared::cluster.v2.u32 [%0], {%1, %2};" ::"r"(remote), "r"(a), "r"(b) : "memory");
-#else
-    (void)addr, (void)rank, (void)a, (void)b;
 #endif
 }
 
@@ -268,14 +215,6 @@ struct act_ptrs {
     }
 };
 
-// The fused kernels' activations (m == 1, shared memory, fused_activations): per group the
-// lane's two B1 words of the bit slices and the group's {scale, sum}.
-struct act_smem {
-    const uint2 *xb;     // [g][32 lanes] + lane
-    const float2 *xsum;  // [g]: {scale, sum as int bits}
-    __device__ __forceinline__ void advance(int units) { xb += units * 32, xsum += units; }
-};
-
 // Token classes of the row-block kernels (template TOKS): 1 (m == 1), 2 (m == 2), 8 (m <= 8) and
 // 16 (m <= 16). m == 1 uses bit slices, m == 2 column planes (unit_mma).
 
@@ -347,28 +286,10 @@ __device__ __forceinline__ void mma_planes_chained(int (&d)[4], const uint32_t (
 
 // Accumulates one unit (group g; the lane's code bytes w[r] and scale words sc[r] of its RT
 // sub-tiles) into acc.
-// The bit-slice operands of group g at m == 1: B1 and B2 words (bx), -sum(q) in the tq == 0
-// lanes (ns) and the scale, from the workspace or (fused) shared memory.
-__device__ __forceinline__ void bits_of(const act_ptrs<1, 1> &A, unsigned g, const lane_consts<1> &lc, uint4 &bx,
-                                        int &ns, float &xs)
-{
-    bx = __ldg(A.xb + g * (PQ2_BITS_GROUP_WORDS / 4));
-    ns = __ldg(A.sums[0][0] + g) * lc.c_neg;
-    xs = __ldg(A.xs[0][0] + g);
-}
-__device__ __forceinline__ void bits_of(const act_smem &A, unsigned g, const lane_consts<1> &lc, uint4 &bx, int &ns,
-                                        float &xs)
-{
-    const uint2 b1 = A.xb[g * 32];
-    bx = make_uint4(b1.x, b1.y, b1.x & 0xAAAAAAAAu, b1.y & 0xAAAAAAAAu);
-    const float2 s = A.xsum[g];
-    ns = __float_as_int(s.y) * lc.c_neg;
-    xs = s.x;
-}
-
-template <int RT, int NT, int TOKS, class ACT>
+template <int RT, int NT, int TOKS>
 __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&sc)[RT], int g,
-                                         const ACT &A, lane_consts<TOKS> &lc, float (&acc)[RT][NT][4])
+                                         const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, lane_consts<TOKS> &lc,
+                                         float (&acc)[RT][NT][4])
 {
     constexpr int NJ = TOKS == 1 ? 1 : 2;
     if constexpr (TOKS == 1) {
@@ -380,10 +301,9 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
         // dot(code - 1, q), and reduce_store scales lane tq by 4^tq and adds the four lanes.
         // (m == 2 the same way needs two B operands and 60 registers instead of 56, which cost
         // gate_up a second wave of blocks; NOTES v11b.)
-        uint4 bx;
-        int ns;
-        float xs;
-        bits_of(A, (unsigned)g, lc, bx, ns, xs);
+        const uint4 bx = __ldg(A.xb + (unsigned)g * (PQ2_BITS_GROUP_WORDS / 4));
+        const int ns = __ldg(A.sums[0][0] + (unsigned)g) * lc.c_neg;
+        const float xs = __ldg(A.xs[0][0] + (unsigned)g);
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
             const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
@@ -487,9 +407,10 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 }
 
 // Accumulates units [0, n) of batch b (groups g0, g0+1, ...) into acc.
-template <int RT, int U, int NT, int TOKS, class ACT>
-__device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int n, const ACT &A,
-                                              lane_consts<TOKS> &lc, float (&acc)[RT][NT][4])
+template <int RT, int U, int NT, int TOKS>
+__device__ __forceinline__ void compute_batch(const batch<RT, U> &b, int g0, int n,
+                                              const act_ptrs<NT, TOKS == 1 ? 1 : 2> &A, lane_consts<TOKS> &lc,
+                                              float (&acc)[RT][NT][4])
 {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -624,50 +545,8 @@ __device__ __forceinline__ void zero_acc(float (&acc)[RT][NT][4])
 }
 
 // The grid of the register kernels (template GRID): one block per row block, a persistent grid
-// (config blocks > 0), `splits` blocks per row block (config splits > 1), or one block per row
-// block that quantises its activations itself (config cluster > 0, m == 1: fused_activations).
-enum rowblock_grid_kind { kGridRows = 0, kGridPersist = 1, kGridSplit = 2, kGridFused = 3 };
-
-// The fused kernels' activation stage (m == 1, sm_90; config cluster > 0): the blocks of a
-// thread-block cluster share the token's 128-groups, warp w of cluster block r taking groups
-// r*warps + w, + cluster*warps, ...; each warp quantises its group exactly as the quantiser
-// kernel (or, with p.x NULL, reads the caller's q8, scale and sum) and writes the lane's two B1
-// words of the bit slices and the group's {scale, sum} into the shared memory of every block of
-// the cluster (distributed shared memory). The cluster barrier then makes them visible. The
-// caller arrived once on the cluster barrier at kernel entry (cluster_arrive_relaxed): waiting
-// for that phase first ensures every block of the cluster has started before its shared memory
-// is written.
-__device__ __forceinline__ void fused_activations(const pq2_decode_problem &p, uint2 *sbits, float2 *sxsum, int G,
-                                                  int warp, int warps, int lane)
-{
-    const uint32_t rank = cluster_rank(), blocks = cluster_blocks();
-    cluster_wait();
-    for (int g = (int)rank * warps + warp; g < G; g += (int)blocks * warps) {
-        int q[4];
-        float scale;
-        int sum;
-        if (p.x) {
-            float v[4];
-            pq2_load4_any(p.x, p.x_dtype, (size_t)g * 128 + lane * 4, v);
-            scale = pq2_quantize_lane(v, q);
-            sum = pq2_group_sum(q);
-        } else {
-            const int8_t *in = p.q8 + (size_t)g * 128 + lane;  // plane order: element 4*lane + s at s*32
-#pragma unroll
-            for (int s = 0; s < 4; ++s) q[s] = in[s * 32];
-            scale = p.xs[g];
-            sum = p.sums[g];
-        }
-        const uint2 b1 = pq2_bitslice_b1(q, lane);
-        const uint32_t at = smem_u32(sbits + (size_t)g * 32 + lane), ax = smem_u32(sxsum + g);
-        for (uint32_t r = 0; r < blocks; ++r) {
-            st_cluster2(at, r, b1.x, b1.y);
-            if (lane == 0) st_cluster2(ax, r, __float_as_uint(scale), (uint32_t)sum);
-        }
-    }
-    cluster_arrive();
-    cluster_wait();
-}
+// (config blocks > 0) or `splits` blocks per row block (config splits > 1).
+enum rowblock_grid_kind { kGridRows = 0, kGridPersist = 1, kGridSplit = 2 };
 
 // stages 1 and 2: register batches. kGridRows: one row block per block (blockIdx.x).
 // kGridPersist: row blocks blockIdx.x, + gridDim.x, ... (a grid smaller than the row blocks);
@@ -676,10 +555,7 @@ __device__ __forceinline__ void fused_activations(const pq2_decode_problem &p, u
 template <int LAYOUT, int RT, int U, int TOKS, int STAGES, int GRID>
 __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
 {
-    // [warp][r][nt][j][lane]; fused: then the activations (act_smem), [G][32] uint2 and [G] float2
-    extern __shared__ __align__(16) float red[];
-    static_assert(GRID != kGridFused || TOKS == 1, "the fused kernels serve m == 1");
-    if constexpr (GRID == kGridFused) cluster_arrive_relaxed();  // fused_activations waits for it
+    extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
     constexpr int NT = TOKS > 8 ? 2 : 1;
     constexpr int NJ = TOKS == 1 ? 1 : 2;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
@@ -693,28 +569,15 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
         gs = (int)((int64_t)(split + 1) * G / p.splits) - g0;
     }
     const warp_split ws = split_of(gs, warp, warps);
-    // Fused: the blocks past the last row block (the grid is a multiple of the cluster) only
-    // quantise.
-    const bool no_rows = GRID == kGridFused && rb >= (int)pq2_decode_row_blocks(p.n, RT);
-    const int g_begin = g0 + ws.g_begin, len = no_rows ? 0 : ws.len;
+    const int g_begin = g0 + ws.g_begin, len = ws.len;
     weight_src<LAYOUT, RT, U> src(p, rb, g_begin, lane);
 
     // The first batch (stages 1) or two (stages 2) are in flight before the wait.
     batch<RT, U> b0, b1;
     if (len > 0) src.load(b0, 0, min(len, U));
     if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
-    pq2_pdl_handoff();  // the quantiser's outputs (fused: x) are read only after this
-    const auto A = [&] {
-        if constexpr (GRID == kGridFused) {
-            uint2 *sbits = reinterpret_cast<uint2 *>(red + warps * RT * NT * 128);
-            float2 *sxsum = reinterpret_cast<float2 *>(sbits + (size_t)G * 32);
-            fused_activations(p, sbits, sxsum, G, warp, warps, lane);
-            return act_smem{sbits + (size_t)g_begin * 32 + lane, sxsum + g_begin};
-        } else {
-            return act_setup<NT, NJ, TOKS>(p, G, g_begin, lane);
-        }
-    }();
-    if (no_rows) return;
+    pq2_pdl_handoff();  // the quantiser's outputs are read only after this
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, g_begin, lane);
     lane_consts<TOKS> lc(lane);
 
     for (;;) {
@@ -727,7 +590,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             // the previous compute: fewer instructions, and 106 -> 85 registers at U 4. Not at
             // U 1, where ptxas then hoists the next unit's first load into this unit's compute
             // and the kernel gets slower, nor for split grids (more registers; NOTES v9f).
-            auto a = A;
+            act_ptrs<NT, NJ> a = A;
             for (int i = 0;;) {
                 compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, lc, acc);
                 i += U;
@@ -743,7 +606,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             // unit, 50 -> 56 registers. Advancing the weight pointers after the compute as well
             // saves 4 more but was 1-2% slower in an A/B (NOTES v10d). Not for m == 2, where
             // gate_up lost 7% (NOTES v10c), nor rt 1 (ptxas then spills).
-            auto a = A;
+            act_ptrs<NT, NJ> a = A;
             for (int i = 0; i < len; ++i) {
                 if (i > 0) {
                     src.advance(1);
@@ -935,24 +798,13 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2)                               \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 
-// The fused register kernels (config cluster > 0, m == 1 only): the m == 1 combinations of the
-// usual row blocks (tiles rt 2, planes rt 1-2) and tiles rt 1 and 4.
-#define PQ2_FUSED_INSTANCES(X)                                                                            \
-    X(PQ2_LAYOUT_TILES, 1, 2, 1, 1) X(PQ2_LAYOUT_TILES, 1, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 1, 1)       \
-    X(PQ2_LAYOUT_TILES, 2, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 4, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 1, 2)       \
-    X(PQ2_LAYOUT_TILES, 2, 2, 1, 2) X(PQ2_LAYOUT_TILES, 4, 1, 1, 1) X(PQ2_LAYOUT_PLANES, 1, 2, 1, 1)      \
-    X(PQ2_LAYOUT_PLANES, 2, 1, 1, 1) X(PQ2_LAYOUT_PLANES, 2, 2, 1, 1)
-
 using rowblock_fn = void (*)(const pq2_decode_problem);
 
 // The TOKS of an instance for m (the stream family's classes plus 2: m == 2 has column planes).
 int rowblock_tokens_class(int64_t m) { return m == 2 ? 2 : pq2_decode_tokens_class(m); }
 using ring_fn = void (*)(const pq2_decode_problem, int);
 
-int grid_kind(const pq2_decode_config &cfg)
-{
-    return cfg.cluster > 0 ? kGridFused : cfg.splits > 1 ? kGridSplit : cfg.blocks > 0 ? kGridPersist : kGridRows;
-}
+int grid_kind(const pq2_decode_config &cfg) { return cfg.splits > 1 ? kGridSplit : cfg.blocks > 0 ? kGridPersist : kGridRows; }
 
 rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, int grid)
 {
@@ -967,9 +819,6 @@ rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m,
 #undef PQ2_MATCH
 #define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridSplit, L, R, U, T, S)
     PQ2_SPLIT_INSTANCES(PQ2_MATCH)
-#undef PQ2_MATCH
-#define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridFused, L, R, U, T, S)
-    PQ2_FUSED_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
 #undef PQ2_MATCH_GRID
     return nullptr;
@@ -993,18 +842,17 @@ bool has_instance(const pq2_decode_config &cfg, int32_t layout, int64_t m)
 
 }  // namespace
 
-size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m, int64_t k)
+size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m)
 {
     const int nt = m > 8 ? 2 : 1;
     const size_t red = (size_t)cfg.warps * cfg.rt * nt * 128 * sizeof(float);
-    if (cfg.cluster > 0) return red + (size_t)(k >> 7) * (32 * sizeof(uint2) + sizeof(float2));  // act_smem
     if (cfg.stages < 3) return red;
     const size_t ring = (size_t)cfg.warps * cfg.stages * (cfg.unroll * cfg.rt * 544 + sizeof(uint64_t));
     return ring > red ? ring : red;
 }
 
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                     int32_t layout_rt, int64_t m, int64_t k, int cc, int max_smem)
+                                     int32_t layout_rt, int64_t m, int cc, int max_smem)
 {
     if (layout != PQ2_LAYOUT_TILES && layout != PQ2_LAYOUT_PLANES)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: the row block family reads the planes or tiles layout", fn);
@@ -1039,26 +887,12 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d (bulk-copy ring) needs compute capability 9.0; this device "
                              "has %d.%d (use stages 1 or 2)", fn, (int)cfg.stages, cc / 10, cc % 10);
-    if (cfg.cluster != 0 && cfg.cluster != 1 && cfg.cluster != 2 && cfg.cluster != 4 && cfg.cluster != 8)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: config cluster=%d is not 0 (separate quantiser kernel) or 1, 2, 4, 8 (blocks "
-                             "per thread-block cluster quantising in the matmul kernel)", fn, (int)cfg.cluster);
-    if (cfg.cluster > 0 && (m != 1 || cfg.stages >= 3 || cfg.blocks != 0 || cfg.splits > 1))
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: config cluster=%d (quantisation in the matmul kernel) serves m = 1 with stages 1-2, "
-                             "blocks 0 and splits 0-1; got m=%lld stages=%d blocks=%d splits=%d", fn, (int)cfg.cluster,
-                             (long long)m, (int)cfg.stages, (int)cfg.blocks, (int)cfg.splits);
-    if (cfg.cluster > 0 && cc < 90)
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: config cluster=%d needs thread-block clusters (compute capability 9.0); this "
-                             "device has %d.%d (use cluster 0)", fn, (int)cfg.cluster, cc / 10, cc % 10);
-    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m, k), max_smem));
+    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m), max_smem));
     if (!has_instance(cfg, layout, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s m=%lld", fn,
                              pq2_layout_name(layout), (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages,
-                             cfg.cluster > 0 ? " (fused quantisation)" : cfg.splits > 1 ? " (split row blocks)"
-                             : cfg.blocks > 0 ? " (persistent grid)" : "",
+                             cfg.splits > 1 ? " (split row blocks)" : cfg.blocks > 0 ? " (persistent grid)" : "",
                              (long long)m);
     return PQ2_OK;
 }
@@ -1077,10 +911,6 @@ pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
     PQ2_SPLIT_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
 #undef PQ2_ATTR_GRID
-#define PQ2_ATTR(L, R, U, T, S) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, kGridFused>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin));
-    PQ2_FUSED_INSTANCES(PQ2_ATTR)
-#undef PQ2_ATTR
 #define PQ2_ATTR(R, U, T)                                                                                       \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin)); \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
@@ -1092,7 +922,6 @@ pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 int64_t pq2_rowblock_grid(const pq2_decode_config &cfg, int64_t n, int sms)
 {
     const int64_t row_blocks = pq2_decode_row_blocks(n, cfg.rt);
-    if (cfg.cluster > 0) return (row_blocks + cfg.cluster - 1) / cfg.cluster * cfg.cluster;
     if (cfg.splits > 1) return row_blocks * cfg.splits;
     const int64_t persistent = (int64_t)cfg.blocks * sms;
     return cfg.blocks > 0 && persistent < row_blocks ? persistent : row_blocks;
@@ -1105,8 +934,7 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
     if (blocks > INT32_MAX || p.k / 128 * row_blocks > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: n=%lld k=%lld: too many row blocks for one grid", fn,
                              (long long)p.n, (long long)p.k);
-    pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m, p.k), stream, after_kernel);
-    if (cfg.cluster > 0) l.cluster((unsigned)cfg.cluster);
+    pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m), stream, after_kernel);
     if (cfg.stages >= 3)
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
     else

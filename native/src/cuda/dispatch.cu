@@ -60,11 +60,11 @@ struct tuned_entry {
 #define PLANES PQ2_LAYOUT_PLANES
 #define STREAM PQ2_DECODE_STREAM
 #define ROWBLOCK PQ2_DECODE_ROWBLOCK
-#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits, cluster) \
-    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family, splits, cluster}},
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits) \
+    {layout, m_max, n, k, layout_rt, {rt, warps, unroll, stages, blocks, family, splits}},
 const tuned_entry kTable[] = {
 #include "decode_table.inc"
-    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0, 0}}};
+    {-1, 0, 0, 0, 0, {0, 0, 0, 0, 0, 0, 0}}};
 #undef PQ2_TUNED
 #undef STREAM
 #undef ROWBLOCK
@@ -80,7 +80,6 @@ pq2_decode_config fallback_config(const pq2_view &v, int64_t m)
     pq2_decode_config c;
     c.blocks = 0;
     c.splits = 0;
-    c.cluster = 0;
     if (v.layout == PQ2_LAYOUT_TILES && (m <= 8 || v.rt <= 2)) {
         c.family = PQ2_DECODE_ROWBLOCK;
         c.rt = v.rt;
@@ -117,10 +116,9 @@ workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_decode_con
 {
     workspace_plan w;
     size_t off = 0;
-    const bool q8 = !pq2_decode_fused(cfg);  // fused: the kernel quantises into shared memory
-    w.q8 = off, off = align256(off + (q8 ? (size_t)m * v.k : 0));
-    w.xs = off, off = align256(off + (q8 ? (size_t)m * v.groups * sizeof(float) : 0));
-    w.sums = off, off = align256(off + (q8 ? (size_t)m * v.groups * sizeof(int32_t) : 0));
+    w.q8 = off, off = align256(off + (size_t)m * v.k);
+    w.xs = off, off = align256(off + (size_t)m * v.groups * sizeof(float));
+    w.sums = off, off = align256(off + (size_t)m * v.groups * sizeof(int32_t));
     const size_t bits = pq2_decode_needs_bits(cfg, m) ? (size_t)m * v.groups * PQ2_BITS_GROUP_WORDS : 0;
     w.bits = off, off = align256(off + bits * sizeof(uint32_t));
     const size_t counters = pq2_decode_counters(cfg, v.n);
@@ -158,7 +156,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (!cfg_in && cfg->family == PQ2_DECODE_STREAM)  // chunks must tile k/128: shrink for odd k
         while (cfg->unroll > 1 && v->groups % cfg->unroll != 0) cfg->unroll /= 2;
     if (cfg->family == PQ2_DECODE_ROWBLOCK) {
-        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, v->k, cc, max_smem));
+        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, cc, max_smem));
         *blocks = pq2_rowblock_grid(*cfg, v->n, sms);
         return PQ2_OK;
     }
@@ -168,22 +166,16 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (cfg->splits != 0 && cfg->splits != 1)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config splits=%d: the stream family takes 0 or 1 "
                              "(it splits row blocks by its own plan)", fn, (int)cfg->splits);
-    if (cfg->cluster != 0)
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: config cluster=%d: the stream family reads the quantiser "
-                             "kernel's output (cluster 0)", fn, (int)cfg->cluster);
     PQ2_CHECK(pq2_decode_check_config(fn, *cfg, v->layout, v->rt, m, v->k, max_smem));
     return pq2_decode_grid(fn, cfg, v->layout, m, v->n, v->k, sms, blocks);
 }
 
-// x: the unquantised activations for a fused configuration (the kernel quantises them), else
-// NULL (the kernel reads q8, xs and sums).
 pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config &cfg,
-                      int64_t blocks, int64_t m, const void *x, int32_t x_dtype, const int8_t *q8,
-                      const float *xs, const int32_t *sums, void *y, int32_t y_dtype, uint8_t *ws,
+                      int64_t blocks, int64_t m, const int8_t *q8, const float *xs,
+                      const int32_t *sums, void *y, int32_t y_dtype, uint8_t *ws,
                       const workspace_plan &plan, bool after_kernel, cudaStream_t stream)
 {
     pq2_decode_problem p;
-    p.x = x, p.x_dtype = x_dtype;
     p.codes = v.data;
     p.wscales = reinterpret_cast<const uint16_t *>(v.data + v.scale_offset);
     p.q8 = q8, p.xs = xs, p.sums = sums, p.y = y;
@@ -290,19 +282,13 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     // Arrival counters (stream family, split row blocks) start at zero: the quantiser clears them.
     const int32_t n_counters = (int32_t)pq2_decode_counters(c.cfg, c.v.n);
-    if (pq2_decode_fused(c.cfg)) {  // one kernel: it quantises x itself (no counters: splits <= 1)
-        PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, x, x_dtype, nullptr, nullptr, nullptr, y, y_dtype, c.ws,
-                             c.plan, pq2_pdl_ok(), s));
-        return pq2_ok();
-    }
     int8_t *q8 = reinterpret_cast<int8_t *>(c.ws + c.plan.q8);
     float *xs = reinterpret_cast<float *>(c.ws + c.plan.xs);
     int32_t *sums = reinterpret_cast<int32_t *>(c.ws + c.plan.sums);
     PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, c.bits,
                                   reinterpret_cast<uint32_t *>(c.ws + c.plan.counters), n_counters,
                                   pq2_pdl_ok(), s));
-    PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, nullptr, 0, q8, xs, sums, y, y_dtype, c.ws, c.plan,
-                         pq2_pdl_ok(), s));
+    PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, xs, sums, y, y_dtype, c.ws, c.plan, pq2_pdl_ok(), s));
     return pq2_ok();
 }
 
@@ -328,10 +314,8 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     // clears them in its quantiser).
     if (pq2_decode_counters(c.cfg, c.v.n) > 0)
         PQ2_CUDA_TRY(fn, cudaMemsetAsync(c.ws + c.plan.counters, 0, c.plan.partial - c.plan.counters, s));
-    // The m == 1 row-block kernels read the bit-sliced copy of q8: made here, in the workspace
-    // (fused configurations make it themselves).
+    // The m == 1 row-block kernels read the bit-sliced copy of q8: made here, in the workspace.
     if (c.bits) PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, c.bits, s));
-    PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, nullptr, 0, q8, scales, sums, y, y_dtype, c.ws, c.plan, false,
-                         s));
+    PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, false, s));
     return pq2_ok();
 }
