@@ -156,6 +156,22 @@ def test_quantize_bit_exact(dtype, m, k):
     assert np.array_equal(sums.cpu().numpy(), rsum)
 
 
+def test_quantize_nan_inf_like_host():
+    """NaN and inf inputs: the GPU quantiser matches the C host reference bit for bit (max|x|
+    ignores NaN, from 0; a NaN quotient gives q = 0): a group with one NaN, an all-NaN group, a
+    group with +inf, a group with NaN and -inf. (numpy's max propagates NaN: not compared.)"""
+    x = activations(1, 640, "normal", torch.float32, seed=11)
+    x[0, 3] = float("nan")
+    x[0, 128:256] = float("nan")
+    x[0, 300] = float("inf")
+    x[0, 400], x[0, 401] = float("nan"), float("-inf")
+    q8, xs, sums = quantize_q8(x)
+    hq, hs, hsum = host.quantize_q8(x.cpu().numpy())
+    assert np.array_equal(q8.cpu().numpy(), hq)
+    assert np.array_equal(xs.cpu().numpy().view(np.uint32), hs.view(np.uint32))
+    assert np.array_equal(sums.cpu().numpy(), hsum)
+
+
 # ---- matmul ---------------------------------------------------------------------------------
 
 ALL_M = list(range(1, 17))

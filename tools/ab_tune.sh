@@ -4,7 +4,7 @@
 # tuned time per shape and M side by side. Same machine, same minutes: variants compare without
 # the run-to-run drift of separate calls.
 #
-# Usage (device tool, carry .whl and the trees): [MS=1,2] [FAMILIES=...] bash tools/ab_tune.sh NAME...
+# Usage (device tool, carry .whl and the trees): [MS=1,2] [FAMILIES=...] [LAYOUTS=tiles:2] bash tools/ab_tune.sh NAME...
 #   NAME "cur" is this working tree; any other NAME is a tree at exp/NAME, e.g. made with
 #   `git archive <commit> | tar -x -C exp/NAME` (exp/ is listed in .git/info/exclude, so carry it).
 # Writes $OUT/tune_NAME.{json,log} (the device tool returns at most 8 files: 3 trees and the
@@ -26,7 +26,7 @@ for v in "$@"; do
   src=$root/exp/$v; [ "$v" = cur ] && src=$root
   cp "/tmp/ab_$v/_cdef.py" "$src/pyq2/_cdef.py"  # the package's generated declarations
   (cd "$src/tools" && PYTHONPATH=$src:/tmp/site PYQ2_LIBRARY=/tmp/ab_$v/libpq2.so python3 tune_decode.py \
-    --ms "${MS:-1}" --layouts tiles:2 --families "${FAMILIES:-rowblock,persistent,splits}" --json "$OUT/tune_$v.json" \
+    --ms "${MS:-1}" --layouts "${LAYOUTS:-tiles:2}" --families "${FAMILIES:-rowblock,persistent,splits}" --json "$OUT/tune_$v.json" \
     > "$OUT/tune_$v.log" 2>&1) || echo "tune $v failed"
 done
 python3 - "$@" <<'PY'

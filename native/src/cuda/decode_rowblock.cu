@@ -208,10 +208,20 @@ struct act_ptrs {
     const int32_t *sums[NT][NJ];
     const uint4 *xb;           // bit slices (m == 1): the token's, + gid*4 + tq
     int g0;  // group of unit index 0 relative to the pointers (act_setup)
-    // Running pointers (m == 1): group 0 becomes group `units`.
+    // Running pointers: group 0 becomes group `units` (TOKS: the token class, act_setup).
+    template <int TOKS>
     __device__ __forceinline__ void advance(int units)
     {
-        xb += units * (PQ2_BITS_GROUP_WORDS / 4), xs[0][0] += units, sums[0][0] += units;
+        if constexpr (TOKS == 1) {
+            xb += units * (PQ2_BITS_GROUP_WORDS / 4), xs[0][0] += units, sums[0][0] += units;
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) {
+                q[nt] += units * 128;
+#pragma unroll
+                for (int j = 0; j < NJ; ++j) xs[nt][j] += units, sums[nt][j] += units;
+            }
+        }
     }
 };
 
@@ -346,31 +356,34 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
                 acc[r][0][j] = fmaf((float)(d[j] + ns[j & 1]), (j < 2 ? wf.x : wf.y) * xs[j & 1], acc[r][0][j]);
         }
     } else {
-        g += A.g0;
+        // Unsigned group index: one wide multiply-add per address (a signed one costs a 64-bit
+        // shift and add per load).
+        const unsigned ug = (unsigned)(g + A.g0);
         uint2 bq[NT][4];
         float xs[NT][NJ];
         int ns[NT][NJ];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
-            for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + g * 128 + s * 32));
+            for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + ug * 128u + s * 32));
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
-                xs[nt][j] = __ldg(A.xs[nt][j] + g) * (1.0f / 64.0f);
-                ns[nt][j] = -__ldg(A.sums[nt][j] + g);
+                // The integers below are 64 (m > 8) or 4 (m <= 8) times dot(code - 1, q).
+                xs[nt][j] = __ldg(A.xs[nt][j] + ug) * (NT == 2 ? 1.0f / 64.0f : 1.0f / 4.0f);
+                ns[nt][j] = -__ldg(A.sums[nt][j] + ug);
             }
         }
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
             const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
-            uint32_t a[4][4];
-            plane_fragments<NT == 2>(w[r], a);
             if constexpr (NT == 2) {
                 // m > 8: two token blocks share each A fragment. The planes are moved to the top two
                 // bits of every byte (code * 64 for all four: one shift + one mask each), so one
                 // accumulator chains the four MMAs, started from -64 * sum(q), and holds
                 // 64 * dot(code - 1, q) directly: 12 shifts per sub-tile instead of 3 shift-adds
-                // on each of 8 live C registers. The integer is the same as below.
+                // on each of 8 live C registers.
+                uint32_t a[4][4];
+                plane_fragments<true>(w[r], a);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
                     const int init[4] = {ns[nt][0] * 64, ns[nt][NJ - 1] * 64, ns[nt][0] * 64, ns[nt][NJ - 1] * 64};
@@ -383,23 +396,32 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
                     }
                 }
             } else {
+                // m <= 8: two chains of two MMAs. Planes 0 and 2 at weight 1 (the codes and the
+                // codes >> 4, masked with 0x03 per byte: the >> 4 moves each byte's bits 4-5 to
+                // 0-1, and what crosses in from the next byte is masked off), planes 1 and 3 at
+                // weight 4 (the same two words masked with 0x0C): d02 = dot0 + dot2 - sum(q)
+                // (started from -sum(q)), d13 = 4 (dot1 + dot3), and 4 d02 + d13 =
+                // 4 dot(code - 1, q) with one shift-add per C register, where combining four
+                // separate plane results took four (NOTES v13a).
+                uint32_t a0[4], a1[4], a2[4], a3[4];
+                const uint32_t wv[4] = {w[r].x, w[r].y, w[r].z, w[r].w};
 #pragma unroll
-                for (int nt = 0; nt < NT; ++nt) {
-                    // All four MMAs start from zero (no C registers to fill), and -64 * sum(q) is
-                    // added to the combined integer: the same exact int32 as starting plane 0 from
-                    // -sum(q).
-                    const int zero[4] = {0, 0, 0, 0};
-                    int d0[4], d1[4], d2[4], d3[4];
-                    pq2_mma_u8s8(d0, a[0], bq[nt][0].x, bq[nt][0].y, zero);
-                    pq2_mma_u8s8(d1, a[1], bq[nt][1].x, bq[nt][1].y, zero);
-                    pq2_mma_u8s8(d2, a[2], bq[nt][2].x, bq[nt][2].y, zero);
-                    pq2_mma_u8s8(d3, a[3], bq[nt][3].x, bq[nt][3].y, zero);
+                for (int i = 0; i < 4; ++i) {
+                    const uint32_t hi = wv[i] >> 4;
+                    a0[i] = wv[i] & 0x03030303u, a1[i] = wv[i] & 0x0C0C0C0Cu;
+                    a2[i] = hi & 0x03030303u, a3[i] = hi & 0x0C0C0C0Cu;
+                }
+                const int init[4] = {ns[0][0], ns[0][NJ - 1], ns[0][0], ns[0][NJ - 1]};
+                const int zero[4] = {0, 0, 0, 0};
+                int d02[4], d13[4];
+                pq2_mma_u8s8(d02, a0, bq[0][0].x, bq[0][0].y, init);
+                pq2_mma_u8s8(d13, a1, bq[0][1].x, bq[0][1].y, zero);
+                pq2_mma_u8s8(d02, a2, bq[0][2].x, bq[0][2].y, d02);
+                pq2_mma_u8s8(d13, a3, bq[0][3].x, bq[0][3].y, d13);
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const int v = ((d0[j] * 4 + d1[j]) * 4 + d2[j]) * 4 + d3[j] + ns[nt][j & 1] * 64;
-                        const float scale = (j < 2 ? wf.x : wf.y) * xs[nt][j & 1];
-                        acc[r][nt][j] = fmaf((float)v, scale, acc[r][nt][j]);
-                    }
+                for (int j = 0; j < 4; ++j) {
+                    const float scale = (j < 2 ? wf.x : wf.y) * xs[0][j & 1];
+                    acc[r][0][j] = fmaf((float)(d02[j] * 4 + d13[j]), scale, acc[r][0][j]);
                 }
             }
         }
@@ -583,7 +605,8 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     for (;;) {
         float acc[RT][NT][4];
         zero_acc(acc);
-        if constexpr (STAGES == 1 && LAYOUT == PQ2_LAYOUT_TILES && TOKS == 1 && U > 1 && GRID != kGridSplit) {
+        if constexpr (STAGES == 1 && LAYOUT == PQ2_LAYOUT_TILES && GRID != kGridSplit &&
+                      (TOKS == 1 ? U > 1 : TOKS == 8 && U == 2 && GRID == kGridRows)) {
             // m == 1, batches of 2-4 units: running pointers (src's weights and the three
             // activation streams advance one batch per iteration; src is rebuilt for a persistent
             // grid's next row block), batch 0 already loaded, each later batch loaded right after
@@ -595,7 +618,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                 compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, lc, acc);
                 i += U;
                 if (i >= len) break;
-                src.advance(U), a.advance(U);
+                src.advance(U), a.template advance<TOKS>(U);
                 src.load(b0, 0, min(len - i, U));
             }
         } else if constexpr (STAGES == 1 && LAYOUT == PQ2_LAYOUT_TILES && TOKS == 1 && U == 1 && RT > 1 &&
@@ -613,7 +636,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
                     src.load(b0, 0, 1);
                 }
                 compute_batch<RT, U, NT, TOKS>(b0, 0, 1, a, lc, acc);
-                a.advance(1);
+                a.template advance<TOKS>(1);
             }
         } else if constexpr (STAGES == 1) {
             for (int i = 0; i < len; i += U) {

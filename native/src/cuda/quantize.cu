@@ -87,9 +87,16 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
 
     float v[4];
     load4<DTYPE>(x, (size_t)row * k + g * 128 + lane * 4, v);
-    float amax = fmaxf(fmaxf(fabsf(v[0]), fabsf(v[1])), fmaxf(fabsf(v[2]), fabsf(v[3])));
+    // max|x| as the host reference takes it (NaN ignored, from 0), in one warp reduction
+    // (redux.sync) instead of a shuffle tree: the bits of non-negative floats order as unsigned
+    // integers; NaN patterns (above +inf) count as 0.
+    uint32_t abits = 0;
 #pragma unroll
-    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    for (int j = 0; j < 4; ++j) {
+        const uint32_t u = __float_as_uint(fabsf(v[j]));
+        abits = max(abits, u > 0x7f800000u ? 0u : u);
+    }
+    const float amax = __uint_as_float(__reduce_max_sync(0xffffffffu, abits));
 
     const float scale = amax * (1.0f / 127.0f);
     const float div = scale > 0.0f ? scale : 1.0f;
@@ -105,9 +112,8 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
         sum += qi;
         qs[j] = qi;
     }
+    sum = __reduce_add_sync(0xffffffffu, sum);  // one redux.sync, issued before the bit slices
     if (bits) bitslice_group(qs, lane, bits + (size_t)task * PQ2_BITS_GROUP_WORDS);
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
     if (lane == 0) {
         scales[row * groups + g] = scale;
         sums[row * groups + g] = sum;
