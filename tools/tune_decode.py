@@ -112,6 +112,11 @@ def tune(shapes, layouts, ms, replays, log, wide=False, families=FAMILY_CHOICES)
 FAMILY_NAMES = {v: k.upper() for k, v in FAMILIES.items()}  # the table macro's names
 
 
+def tuned_keys(entries):
+    """The (LAYOUT, m_max, n, k) keys of table entries."""
+    return {(e[0].upper(), e[1], e[2], e[3]) for e in entries}
+
+
 def render_table(entries, env, keep=(), note=""):
     """The table text: the tuned entries plus `keep` (existing PQ2_TUNED lines of layouts not
     tuned in this run, with their provenance comments)."""
@@ -125,17 +130,24 @@ def render_table(entries, env, keep=(), note=""):
     lines += [line for line in keep if line.startswith("// ") and "Generated" in line]
     lines += ["//",
               "// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, rt, warps, unroll, stages, blocks, splits)  // us"]
-    lines += [line for line in keep if line.startswith("PQ2_TUNED(")]
-    for layout, m, n, k, layout_rt, cfg, us in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[4], e[1])):
+    rows = []
+    for line in keep:
+        if line.startswith("PQ2_TUNED("):
+            f = [v.strip() for v in line[len("PQ2_TUNED("):].split(",")[:5]]
+            rows.append(((f[0], int(f[2]), int(f[3]), int(f[4]), int(f[1])), line))
+    for layout, m, n, k, layout_rt, cfg, us in entries:
         rt, warps, unroll, stages, blocks, family, splits = cfg
         args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt, FAMILY_NAMES[family],
                                           rt, warps, unroll, stages, blocks, splits))
-        lines.append(f"PQ2_TUNED({args})  // {us:.1f} us")
+        rows.append(((layout.upper(), n, k, layout_rt, m), f"PQ2_TUNED({args})  // {us:.1f} us"))
+    lines += [line for _, line in sorted(rows)]
     return "\n".join(lines) + "\n"
 
 
-def kept_lines(path, tuned_layouts):
-    """Lines of an existing table for layouts this run does not tune."""
+def kept_lines(path, tuned_layouts, tuned=None):
+    """Lines of an existing table this run does not replace: those of layouts it does not tune,
+    or, with `tuned` (a set of (LAYOUT, m_max, n, k) keys), every entry whose key is not in it
+    (a partial re-tune: --ms or --shapes a subset), plus the provenance comments."""
     try:
         with open(path) as f:
             old = f.read().splitlines()
@@ -145,11 +157,12 @@ def kept_lines(path, tuned_layouts):
     keep = []
     for line in old:
         if line.startswith("PQ2_TUNED("):
-            layout = line[len("PQ2_TUNED("):].split(",")[0].strip()
-            if layout not in names:
+            fields = [v.strip() for v in line[len("PQ2_TUNED("):].split(")")[0].split(",")]
+            key = (fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
+            if (key not in tuned) if tuned is not None else (fields[0] not in names):
                 keep.append(line)
-        elif line.startswith("// ") and "Generated" in line and any(
-                f"layouts {n.lower()}" in line or f"{n} lines" in line for n in {"PLANES", "TILES"} - names):
+        elif line.startswith("// ") and "Generated" in line and (tuned is not None or any(
+                f"layouts {n.lower()}" in line or f"{n} lines" in line for n in {"PLANES", "TILES"} - names)):
             keep.append(line)
     return keep
 
@@ -184,12 +197,15 @@ def main(argv=None):
                          "on a persistent grid: config blocks > 0), splits (row blocks split over "
                          "several blocks: config splits > 1)")
     ap.add_argument("--from-json", help="no GPU: re-pick the entries of a saved --json tune and --write them")
+    ap.add_argument("--partial", action="store_true",
+                    help="--write replaces only the (layout, M bucket, shape) entries tuned in this run "
+                         "and keeps the rest of the table (a re-tune of some M buckets or shapes)")
     args = ap.parse_args(argv)
     if args.from_json:
         entries, env = entries_from_json(args.from_json)
         if args.write:
             layouts = sorted({(e[0], e[4]) for e in entries})
-            keep = kept_lines(args.write, layouts)
+            keep = kept_lines(args.write, layouts, tuned_keys(entries) if args.partial else None)
             with open(args.write, "w") as f:
                 f.write(render_table(entries, env, keep, note=f"; entries re-picked from {args.from_json}"))
         for e in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[1])):
@@ -204,9 +220,9 @@ def main(argv=None):
                          args.replays, lambda s: print(s, flush=True), args.wide,
                          tuple(args.families.split(",")))
     if args.write:
-        keep = kept_lines(args.write, layouts)
+        keep = kept_lines(args.write, layouts, tuned_keys(entries) if args.partial else None)
         with open(args.write, "w") as f:
-            f.write(render_table(entries, env, keep))
+            f.write(render_table(entries, env, keep, note="; partial: these entries only" if args.partial else ""))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"env": env, "rows": rows,
