@@ -42,11 +42,13 @@ def _q8_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(q int8[m, G, 128] in element order, scales float32[m, G]); all arithmetic in fp32."""
     m, k = x.shape
     xg = x.reshape(m, k // GROUP, GROUP)
-    amax = np.abs(xg).max(axis=2)
+    a = np.abs(xg)
+    amax = np.where(np.isnan(a), np.float32(0), a).max(axis=2)  # NaN ignored (an all-NaN group: 0)
     scale = amax * INV_127_F32                           # fp32 reciprocal multiply
     div = np.where(scale == 0, np.float32(1), scale)     # a zero group divides by 1
     with np.errstate(invalid="ignore", over="ignore"):
         q = np.rint(xg / div[:, :, None])               # fp32 division, round half to even
+    q = np.where(np.isnan(q), np.float32(0), q)          # a NaN quotient (NaN, or inf / inf) is 0
     q = np.clip(q, -Q8_MAX, Q8_MAX).astype(np.int8)
     return q, scale.astype(np.float32)
 

@@ -194,6 +194,15 @@ def test_quantize_q8(host, m, k):
     assert np.array_equal(sums, wsums)
 
 
+def test_quantize_q8_nan_inf(host):
+    """The C reference and numpy agree on NaN and inf inputs (NaN ignored by max|x|, NaN
+    quotients give 0)."""
+    x = np.random.default_rng(7).standard_normal((2, 640)).astype(np.float32)
+    x[0, 3], x[0, 128:256], x[1, 300], x[1, 400:402] = np.nan, np.nan, np.inf, [np.nan, -np.inf]
+    for got, want in zip(host.quantize_q8(x), R.quantize_q8(x)):
+        assert np.array_equal(np.asarray(got).view(np.uint8), np.asarray(want).view(np.uint8))
+
+
 def test_quantize_q8_non_contiguous(host):
     x = edge_activations(4, 512, seed=9)
     xt = np.asfortranarray(x)

@@ -78,6 +78,24 @@ def test_edge_groups_match_naive(values):
     assert max(abs(v) for v in q) == (0 if scale == 0 else 127)
 
 
+def test_nan_and_inf_groups():
+    """max|x| ignores NaN (an all-NaN group has scale 0); a NaN quotient gives q = 0, so NaN
+    inputs quantise to 0 and +-inf to 0 as well (inf / inf); finite values beside an inf
+    divide by inf and give 0 too."""
+    x = np.zeros((1, 512), np.float32)
+    x[0, :4] = [np.nan, 2.0, -1.0, 0.5]                    # NaN ignored: scale 2/127
+    x[0, 128:256] = np.nan                                 # all NaN: scale 0, q 0
+    x[0, 256:260] = [np.inf, 3.0, -np.inf, np.nan]         # scale inf: every q 0
+    x[0, 384:386] = [-np.inf, 1.0]
+    q8, scales, sums = R.quantize_q8(x)
+    q = q8[0, R.plane_order(512).argsort()]
+    assert scales[0, 0] == np.float32(2.0) * R.INV_127_F32
+    assert q[:4].tolist() == [0, 127, -64, 32] and sums[0, 0] == 127 - 64 + 32
+    assert scales[0, 1] == 0 and not q[128:256].any()
+    assert np.isinf(scales[0, 2]) and np.isinf(scales[0, 3]) and not q[256:].any()
+    assert sums[0, 1:].tolist() == [0, 0, 0]
+
+
 def test_gaussian_rows_match_naive():
     x = np.random.default_rng(1).standard_normal((3, 384)).astype(np.float32) * 5
     q8, scales, sums = R.quantize_q8(x)

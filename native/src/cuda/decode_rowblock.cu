@@ -11,8 +11,8 @@
 // Arithmetic: masked-plane MMAs as decode.cu. m > 1: the B fragment of lane (gid, tq) carries
 // token min(gid, m-1): with m < 8 the surplus columns repeat the last token instead of being
 // predicated off, so the hot loop has no token tests; C columns >= m are never stored; the four
-// plane results are combined per unit (m <= 8) or chained from planes moved to the top bits
-// (m > 8). m == 1: "bit slices" (unit_mma, lane_consts<1>): binary AND-POPC MMAs on the code
+// plane results are combined per unit (m <= 8: two chains of two at rt >= 2, four separate at
+// rt 1) or chained from planes moved to the top bits (m > 8). m == 1: "bit slices" (unit_mma, lane_consts<1>): binary AND-POPC MMAs on the code
 // bytes as loaded (no masks) against the token's eight activation bit planes (one per B column,
 // two MMAs per sub-tile), the bit planes combined once per row block (reduce_store). m == 2:
 // "column planes" (lane_consts<2>): the eight columns carry the four activation planes of the
@@ -416,14 +416,15 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
                     acc[r][0][j] = fmaf((float)v, scale, acc[r][0][j]);
                 }
             } else {
-                // m <= 8 at rt >= 2: two chains of two MMAs. Planes 0 and 2 at weight 1 (the codes and the
-                // codes >> 4, masked with 0x03 per byte: the >> 4 moves each byte's bits 4-5 to
-                // 0-1, and what crosses in from the next byte is masked off), planes 1 and 3 at
-                // weight 4 (the same two words masked with 0x0C): d02 = dot0 + dot2 - sum(q)
-                // (started from -sum(q)), d13 = 4 (dot1 + dot3), and 4 d02 + d13 =
+                // m <= 8 at rt >= 2: two chains of two MMAs. Planes 0 and 2 at weight 1 (the
+                // codes and the codes >> 4, masked with 0x03 per byte: the >> 4 moves each byte's
+                // bits 4-5 to 0-1, and what crosses in from the next byte is masked off), planes 1
+                // and 3 at weight 4 (the same two words masked with 0x0C): d02 = dot0 + dot2 -
+                // sum(q) (started from -sum(q)), d13 = 4 (dot1 + dot3), and 4 d02 + d13 =
                 // 4 dot(code - 1, q) with one shift-add per C register instead of four: 8 fewer
                 // instructions per sub-tile (NOTES v13a). The same float result as the rt 1 form
-                // (both integers exact, their scales exact powers of two apart).
+                // (both integers exact, their scales exact powers of two apart). At m > 8 this
+                // form needs 8 more C registers and spills (NOTES v13c).
                 uint32_t a0[4], a1[4], a2[4], a3[4];
                 const uint32_t wv[4] = {w[r].x, w[r].y, w[r].z, w[r].w};
 #pragma unroll
@@ -634,6 +635,8 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             // the previous compute: fewer instructions, and 106 -> 85 registers at U 4. Not at
             // U 1, where ptxas then hoists the next unit's first load into this unit's compute
             // and the kernel gets slower, nor for split grids (more registers; NOTES v9f).
+            // m <= 8 (token class 8) takes it at U 2 on the rows grid only: persistent grids
+            // gain registers with it and U 4 spills (NOTES v13a).
             act_ptrs<NT, NJ> a = A;
             for (int i = 0;;) {
                 compute_batch<RT, U, NT, TOKS>(b0, 0, min(len - i, U), a, lc, acc);
