@@ -154,7 +154,8 @@ PQ2_API pq2_status pq2_tq2_to_pq2(const void *src, size_t src_bytes, void *dst, 
 /* out[N][K] f32 = dequantised weights (code - 1) * d; out_bytes must be N*K*4. */
 PQ2_API pq2_status pq2_dequantize_host(const pq2_weights *w, float *out, size_t out_bytes);
 /* Group-128 Q8 of x[m][k] (f32, row-major): q8[m][k] in plane order, scales[m][k/128] f32,
- * sums[m][k/128] int32. */
+ * sums[m][k/128] int32. scale = max|x| * (1/127) with NaN ignored (an all-NaN group: 0);
+ * q = clamp(rint(x / scale), -127, 127), a NaN quotient (NaN input, inf / inf) giving 0. */
 PQ2_API pq2_status pq2_quantize_q8_host(const float *x, int64_t m, int64_t k, int8_t *q8,
                                         float *scales, int32_t *sums);
 /* y[m][N] f32 = x[m][K] . W^T through the Q8 integer path: per (row, group) the exact integer
