@@ -2,7 +2,7 @@
 // build on, on this GPU: int8 IMMA m16n8k32 (the masked-plane core) against the binary
 // AND+POPC BMMA m16n8k128 and m16n8k256 (the bit-sliced core, bench/NOTES.md v11).
 //
-// Standalone (no libpq2): nvcc -O3 -arch=sm_90a -o probe_mma tools/probe_mma.cu
+// Standalone (no libpq2; includes tools/probe_common.cuh): nvcc -O3 -arch=sm_90a -o probe_mma tools/probe_mma.cu
 //   ./probe_mma [--json FILE]
 //
 // throughput: every SM full of warps (W warps per block, B blocks per SM), each warp running
@@ -18,14 +18,7 @@
 #include <string>
 #include <vector>
 
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
+#include "probe_common.cuh"
 
 enum Op { IMMA_K32 = 0, BMMA_K128 = 1, BMMA_K256 = 2 };
 static const char *op_name[] = {"imma.m16n8k32.s8.u8", "bmma.m16n8k128.and.popc",

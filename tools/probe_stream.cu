@@ -1,7 +1,7 @@
 // probe_stream.cu - how fast can ONE graph node read N bytes on this GPU? The ceiling our decode
 // kernels are measured against, per call size, without any decode arithmetic.
 //
-// Standalone (no libpq2): nvcc -O3 -arch=sm_90a -o probe_stream tools/probe_stream.cu
+// Standalone (no libpq2; includes tools/probe_common.cuh): nvcc -O3 -arch=sm_90a -o probe_stream tools/probe_stream.cu
 //   ./probe_stream [--tiles | --compute] [--json FILE]
 //
 // For each decode shape's byte count (TARGETS.md) it times pure-read kernels as CUDA-graph
@@ -35,15 +35,9 @@
 #include <string>
 #include <vector>
 
+#include "probe_common.cuh"
+
 #define COMMA ,
-#define CK(x)                                                                                   \
-    do {                                                                                        \
-        cudaError_t e_ = (x);                                                                   \
-        if (e_ != cudaSuccess) {                                                                \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); \
-            exit(1);                                                                            \
-        }                                                                                       \
-    } while (0)
 
 __device__ __forceinline__ uint4 ld16(const uint8_t *p)
 {
