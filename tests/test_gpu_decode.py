@@ -159,7 +159,7 @@ def test_quantize_bit_exact(dtype, m, k):
 def test_quantize_nan_inf_like_host():
     """NaN and inf inputs: the GPU quantiser matches the C host reference bit for bit (max|x|
     ignores NaN, from 0; a NaN quotient gives q = 0): a group with one NaN, an all-NaN group, a
-    group with +inf, a group with NaN and -inf. (numpy's max propagates NaN: not compared.)"""
+    group with +inf, a group with NaN and -inf. (numpy follows the same rule: test_host.py.)"""
     x = activations(1, 640, "normal", torch.float32, seed=11)
     x[0, 3] = float("nan")
     x[0, 128:256] = float("nan")
