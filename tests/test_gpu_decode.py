@@ -298,8 +298,9 @@ def test_rowblock_persistent_every_m(shape, rt):
     """config blocks > 0: a grid of at most blocks * SMs blocks, each looping over row blocks
     (n9001 and out have more row blocks than that grid; the small ones fewer)."""
     by_toks = {t: [(rt,) + c for c in cfgs] for t, cfgs in ROWBLOCK_PERSIST_BY_TOKS.items()}
-    if rt == 1:  # m = 1, rt 1: unroll 2 is not compiled (spills)
+    if rt == 1:  # rt 1, not compiled (spills): unroll 2 at m = 1, unroll 1 stages 1 at m > 8
         by_toks[1] = [(1, 16, 1, 1, 1), (1, 4, 1, 2, 3)]
+        by_toks[16] = [(1, 8, 1, 2, 1), (1, 4, 2, 1, 2)]
     if rt == 4:  # rt 4 persistent kernels: unroll 1, stages 1, 2 <= m <= 8
         by_toks = {t: [c for c in cfgs if c[2:4] == (1, 1)] for t, cfgs in by_toks.items()}
     check_rowblock_every_m(shape, "tiles", rt, by_toks, content="random",
@@ -322,6 +323,17 @@ def test_rowblock_planes_odd_shapes(shape):
 def test_rowblock_model_shapes(name):
     """The row-block family on every model shape and every M (tiles rt 2, explicit config)."""
     check_rowblock_every_m(MODEL_SHAPES[name], "tiles", 2, ROWBLOCK_BY_TOKS)
+
+
+@pytest.mark.parametrize("m", [9, 16])
+def test_token_constants_long_rows(m):
+    """m > 8 stages each warp's activation scales and sums in shared memory (one 16-byte record
+    per unit and token pair): a long k gives a warp many units (one warp: 512 here, 4096 records,
+    128 rounds of the staging loop), in the ring, register, persistent and split kernels."""
+    shape = (200, 65536)
+    for cfg in [decode_config(2, 1, 1, 1, 0, 1), decode_config(2, 3, 2, 1, 0, 1), decode_config(2, 2, 1, 3, 0, 1),
+                decode_config(2, 4, 2, 1, 1, 1), decode_config(2, 3, 1, 1, 0, 1, 3), None]:
+        check_matmul(shape, m, torch.float32, "tiles", 2, content="random", cfg=cfg, seed=m)
 
 
 @pytest.mark.parametrize("kind", ["zero", "huge", "outliers"])

@@ -16,6 +16,7 @@ struct pq2_decode_problem {
     int64_t n, k;
     int32_t m, layout, y_dtype;
     int32_t splits;          // row-block family: blocks per row block (1 = no split)
+    int32_t tc_cap;          // row-block family, m > 8: token-constant units per warp in shared memory
 };
 
 // The token class of m, which picks a kernel instance: 1 (m == 1), 8 (m <= 8) or 16.
@@ -89,15 +90,18 @@ pq2_status pq2_decode_launch(const char *fn, const pq2_decode_problem &p,
 // ---- the row-block family (decode_rowblock.cu; planes and tiles, no workspace beyond the Q8
 // data) ----
 
+// Units of token constants each warp stages in shared memory (m > 8; 0 otherwise): the most
+// groups a warp of cfg takes of a k-column row block (or of its split).
+int64_t pq2_rowblock_tc_cap(const pq2_decode_config &cfg, int64_t m, int64_t k);
 // Shared memory of one row-block launch (the cross-warp reduction; with stages >= 3 also the
-// warps' rings).
-size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m);
+// warps' rings; m > 8 also the warps' token constants).
+size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m, int64_t k);
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin);
 // PQ2_OK when the row-block family has an instance for cfg with this layout and m that fits the
 // device (compute capability cc, max_smem bytes of shared memory per block), else an error
 // naming the values.
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                     int32_t layout_rt, int64_t m, int cc, int max_smem);
+                                     int32_t layout_rt, int64_t m, int64_t k, int cc, int max_smem);
 // The grid of cfg on a device with `sms` multiprocessors: one block per row block
 // (ceil(n / (16*rt))), cfg.splits blocks per row block (splits > 1), or with cfg.blocks > 0 at
 // most cfg.blocks * sms blocks that loop over the row blocks.

@@ -41,6 +41,7 @@ namespace {
 
 constexpr int kMaxBlocksPerSm = 32;  // a multiprocessor holds at most 32 blocks
 constexpr int kMaxSplits = 16;       // blocks per row block (config splits)
+constexpr int kStaticSmem = 16;      // static shared memory of a register kernel, at most (reduce_store)
 
 // 16 bytes read once: no L1 allocation.
 __device__ __forceinline__ uint4 ld_stream16(const uint8_t *p)
@@ -207,6 +208,7 @@ struct act_ptrs {
     const float *xs[NT][NJ];   // [g]
     const int32_t *sums[NT][NJ];
     const uint4 *xb;           // bit slices (m == 1): the token's, + gid*4 + tq
+    uint32_t tc;               // m > 8: shared address of the warp's token constants (stage_token_consts), + tq
     int g0;  // group of unit index 0 relative to the pointers (act_setup)
     // Running pointers: group 0 becomes group `units` (TOKS: the token class, act_setup).
     template <int TOKS>
@@ -214,13 +216,17 @@ struct act_ptrs {
     {
         if constexpr (TOKS == 1) {
             xb += units * (PQ2_BITS_GROUP_WORDS / 4), xs[0][0] += units, sums[0][0] += units;
-        } else {
+        } else if constexpr (TOKS <= 8) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) {
                 q[nt] += units * 128;
 #pragma unroll
                 for (int j = 0; j < NJ; ++j) xs[nt][j] += units, sums[nt][j] += units;
             }
+        } else {
+#pragma unroll
+            for (int nt = 0; nt < NT; ++nt) q[nt] += units * 128;
+            tc += units * (TOKS / 2) * 16;
         }
     }
 };
@@ -294,6 +300,26 @@ __device__ __forceinline__ void mma_planes_chained(int (&d)[4], const uint32_t (
     pq2_mma_u8s8(d, a[3], b[3].x, b[3].y, d);
 }
 
+// m > 8: the four plane fragments of B (q8 plane order: plane s of the group 32 bytes after plane
+// s - 1) from the lane's pointer into one token's group: one address, immediate offsets.
+__device__ __forceinline__ void ld_planes8(const int8_t *p, uint2 (&b)[4])
+{
+    asm volatile("ld.global.nc.v2.u32 {%0,%1}, [%8];\n\t"
+        "ld.global.nc.v2.u32 {%2,%3}, [%8+32];\n\t"
+        "ld.global.nc.v2.u32 {%4,%5}, [%8+64];\n\t"
+        "ld.global.nc.v2.u32 {%6,%7}, [%8+96];"
+        : "=r"(b[0].x), "=r"(b[0].y), "=r"(b[1].x), "=r"(b[1].y), "=r"(b[2].x), "=r"(b[2].y), "=r"(b[3].x),
+          "=r"(b[3].y)
+        : "l"(p));
+}
+
+// m > 8: one 16-byte token-constant record (stage_token_consts) at shared address `at`: the two
+// C starts and the two activation scales.
+__device__ __forceinline__ void lds_token_consts(uint32_t at, int (&c)[2], float (&xs)[2])
+{
+    asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];" : "=r"(c[0]), "=r"(c[1]), "=f"(xs[0]), "=f"(xs[1]) : "r"(at));
+}
+
 // Accumulates one unit (group g; the lane's code bytes w[r] and scale words sc[r] of its RT
 // sub-tiles) into acc.
 template <int RT, int NT, int TOKS>
@@ -364,14 +390,23 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
         int ns[NT][NJ];
 #pragma unroll
         for (int nt = 0; nt < NT; ++nt) {
+            if constexpr (NT == 2) {
+                // m > 8: the token constants of this lane's two C columns (stage_token_consts):
+                // C starts -64 sum(q) and activation scales / 64, in the units of the integers
+                // below (64 dot(code - 1, q)).
+                ld_planes8(A.q[nt] + ug * 128u, bq[nt]);
+                lds_token_consts(A.tc + ((unsigned)g * (TOKS / 2) + nt * 4) * 16u, ns[nt], xs[nt]);
+            } else {
 #pragma unroll
-            for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + ug * 128u + s * 32));
+                for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + ug * 128u + s * 32));
 #pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                // The integers below are 64 (m > 8, and m <= 8 at rt 1) or 4 (m <= 8 at rt >= 2)
-                // times dot(code - 1, q).
-                xs[nt][j] = __ldg(A.xs[nt][j] + ug) * (NT == 2 || RT == 1 ? 1.0f / 64.0f : 1.0f / 4.0f);
-                ns[nt][j] = -__ldg(A.sums[nt][j] + ug);
+                for (int j = 0; j < NJ; ++j) {
+                    // The integers below are 64 (m <= 8 at rt 1) or 4 (m <= 8 at rt >= 2) times
+                    // dot(code - 1, q). (Staging these in shared memory as at m > 8 measured
+                    // 1-3% slower at M = 4 and within 2% at M = 8: NOTES v14b.)
+                    xs[nt][j] = __ldg(A.xs[nt][j] + ug) * (RT == 1 ? 1.0f / 64.0f : 1.0f / 4.0f);
+                    ns[nt][j] = -__ldg(A.sums[nt][j] + ug);
+                }
             }
         }
 #pragma unroll
@@ -387,7 +422,7 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
                 plane_fragments<true>(w[r], a);
 #pragma unroll
                 for (int nt = 0; nt < NT; ++nt) {
-                    const int init[4] = {ns[nt][0] * 64, ns[nt][NJ - 1] * 64, ns[nt][0] * 64, ns[nt][NJ - 1] * 64};
+                    const int init[4] = {ns[nt][0], ns[nt][1], ns[nt][0], ns[nt][1]};
                     int d[4];
                     mma_planes_chained(d, a, bq[nt], init);
 #pragma unroll
@@ -482,7 +517,8 @@ __device__ __forceinline__ warp_split split_of(int G, int warp, int warps)
 // token j. Otherwise B column gid carries token gid, C columns 2tq + j token 2tq + j (nt * 8 more
 // in token block nt); tokens past m - 1 repeat m - 1.
 template <int NT, int NJ, int TOKS>
-__device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &p, int G, int g_begin, int lane)
+__device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &p, int G, int g_begin, int lane,
+                                                      const int4 *tc)
 {
     constexpr bool CP = TOKS == 2;
     const int gid = lane >> 2, tq = lane & 3;
@@ -494,19 +530,50 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &
     if (TOKS > 2) g_begin = 0;
     if constexpr (TOKS == 1)
         A.xb = reinterpret_cast<const uint4 *>(p.xbits + (size_t)g_begin * PQ2_BITS_GROUP_WORDS) + gid * 4 + tq;
+    if constexpr (TOKS > 8) A.tc = smem_u32(tc) + tq * 16;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
         const int b_tok = CP ? min(gid & 1, p.m - 1) : min(nt * 8 + gid, p.m - 1);
         if constexpr (TOKS != 1)
             A.q[nt] = p.q8 + (size_t)b_tok * p.k + (size_t)g_begin * 128 + (CP ? (gid >> 1) * 32 : 0) + tq * 8;
+        if constexpr (TOKS <= 8) {  // m > 8: scales and sums come from the token constants
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-            const int tok = TOKS <= 2 ? min(j, p.m - 1) : min(nt * 8 + 2 * tq + j, p.m - 1);
-            A.xs[nt][j] = p.xs + (size_t)tok * G + g_begin;
-            A.sums[nt][j] = p.sums + (size_t)tok * G + g_begin;
+            for (int j = 0; j < NJ; ++j) {
+                const int tok = TOKS <= 2 ? min(j, p.m - 1) : min(nt * 8 + 2 * tq + j, p.m - 1);
+                A.xs[nt][j] = p.xs + (size_t)tok * G + g_begin;
+                A.sums[nt][j] = p.sums + (size_t)tok * G + g_begin;
+            }
         }
     }
     return A;
+}
+
+// m > 8: the token constants of a warp's units, staged once per block in shared memory after the
+// programmatic-dependent-launch wait (the quantiser's scales and sums, [m][k/128], are read only
+// here): for unit u of the warp's range (group g_begin + u) and token pair pr (tokens 2pr and
+// 2pr + 1 of the warp's C columns, each min(t, m - 1)), one 16-byte record {-64 sum(q),
+// -64 sum(q'), xs / 64, xs' / 64} (the C starts as int bits), in the units of unit_mma's
+// integers (64 dot(code - 1, q)): the same exact products as the global loads gave (powers of
+// two). Lane tq of token block nt then reads record nt * 4 + tq of its unit with one 16-byte
+// shared load instead of four global loads and their 64-bit address arithmetic: 469 -> 363
+// instructions per two units at tiles rt 2 U 2, 114 -> 100 registers (NOTES v14b). Shared memory:
+// tc_cap units per warp (pq2_rowblock_tc_cap), after the reduction buffer (or the ring).
+template <int TOKS>
+__device__ __forceinline__ void stage_token_consts(const pq2_decode_problem &p, int G, int g_begin, int len, int lane,
+                                                   int4 *dst)
+{
+    constexpr int PAIRS = TOKS / 2;
+    const float f = 1.0f / 64.0f;
+    const int c = 64;
+    for (int e = lane; e < len * PAIRS; e += 32) {
+        const int u = e / PAIRS, pr = e - u * PAIRS;
+        // (m * G < 2^31: pq2_rowblock_launch checks k / 128 * row blocks, and m <= 16)
+        const unsigned g = (unsigned)(g_begin + u);
+        const unsigned t0 = (unsigned)min(2 * pr, p.m - 1) * G + g, t1 = (unsigned)min(2 * pr + 1, p.m - 1) * G + g;
+        dst[e] = make_int4(-__ldg(p.sums + t0) * c, -__ldg(p.sums + t1) * c, __float_as_int(__ldg(p.xs + t0) * f),
+                           __float_as_int(__ldg(p.xs + t1) * f));
+    }
+    __syncwarp();
 }
 
 // Sums the warps' accumulators in warp order (deterministic) through `red` (shared memory,
@@ -621,7 +688,12 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     if (len > 0) src.load(b0, 0, min(len, U));
     if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
-    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, g_begin, lane);
+    int4 *tc = nullptr;
+    if constexpr (TOKS > 8) {
+        tc = reinterpret_cast<int4 *>(red + warps * (RT * NT * 128)) + warp * p.tc_cap * (TOKS / 2);
+        stage_token_consts<TOKS>(p, G, g_begin, len, lane, tc);
+    }
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, g_begin, lane, tc);
     lane_consts<TOKS> lc(lane);
 
     for (;;) {
@@ -743,7 +815,14 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     }
     __syncwarp();
     pq2_pdl_handoff();  // the quantiser's outputs are read only after this
-    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, ws.g_begin, lane);
+    int4 *tc = nullptr;
+    if constexpr (TOKS > 8) {
+        // after the ring and its barriers (16-byte aligned)
+        const size_t at = ((size_t)warps * stages * (slot::kBytes + sizeof(uint64_t)) + 15) & ~(size_t)15;
+        tc = reinterpret_cast<int4 *>(smem + at) + warp * p.tc_cap * (TOKS / 2);
+        stage_token_consts<TOKS>(p, G, ws.g_begin, len, lane, tc);
+    }
+    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, ws.g_begin, lane, tc);
     lane_consts<TOKS> lc(lane);
     float acc[RT][NT][4];
     zero_acc(acc);
@@ -808,9 +887,11 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 // The persistent register kernels (config blocks > 0): tiles, the same combinations less those
 // that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m=1 stages 1; rt 4 U 1 m<=8 stages 2;
 // since the column planes also rt 1 U 2 m=1 stages 2, rt 2 U 1 m=1 stages 2 and rt 2 U 2 m=1
-// stages 1; since the bit slices rt 1 U 2 m=1 stages 1).
+// stages 1; since the bit slices rt 1 U 2 m=1 stages 1; since the token constants rt 1 U 1 m>8
+// stages 1).
 #define PQ2_PERSIST_INSTANCES(X)                                                                          \
-    PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) X(PQ2_LAYOUT_TILES, 1, 2, 2, 1)                      \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 1, 1) X(PQ2_LAYOUT_TILES, 1, 1, 8, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 1, 2) \
+    X(PQ2_LAYOUT_TILES, 1, 1, 8, 2) X(PQ2_LAYOUT_TILES, 1, 1, 16, 2) X(PQ2_LAYOUT_TILES, 1, 2, 2, 1)      \
     X(PQ2_LAYOUT_TILES, 1, 2, 8, 1) X(PQ2_LAYOUT_TILES, 1, 2, 16, 1) X(PQ2_LAYOUT_TILES, 1, 2, 2, 2)      \
     X(PQ2_LAYOUT_TILES, 1, 2, 8, 2) X(PQ2_LAYOUT_TILES, 1, 2, 16, 2) X(PQ2_LAYOUT_TILES, 1, 4, 2, 1)      \
     X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1)                                      \
@@ -889,17 +970,26 @@ bool has_instance(const pq2_decode_config &cfg, int32_t layout, int64_t m)
 
 }  // namespace
 
-size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m)
+int64_t pq2_rowblock_tc_cap(const pq2_decode_config &cfg, int64_t m, int64_t k)
+{
+    if (m <= 8) return 0;
+    const int64_t splits = cfg.splits > 1 ? cfg.splits : 1;
+    const int64_t groups = ((k >> 7) + splits - 1) / splits;  // a block's groups, at most
+    return (groups + cfg.warps - 1) / cfg.warps;
+}
+
+size_t pq2_rowblock_smem(const pq2_decode_config &cfg, int64_t m, int64_t k)
 {
     const int nt = m > 8 ? 2 : 1;
+    const size_t tc = (size_t)cfg.warps * pq2_rowblock_tc_cap(cfg, m, k) * 8 * 16;  // 8 records of 16 bytes per unit
     const size_t red = (size_t)cfg.warps * cfg.rt * nt * 128 * sizeof(float);
-    if (cfg.stages < 3) return red;
+    if (cfg.stages < 3) return red + tc;
     const size_t ring = (size_t)cfg.warps * cfg.stages * (cfg.unroll * cfg.rt * 544 + sizeof(uint64_t));
-    return ring > red ? ring : red;
+    return (ring > red ? ((ring + 15) & ~(size_t)15) : red) + tc;
 }
 
 pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                     int32_t layout_rt, int64_t m, int cc, int max_smem)
+                                     int32_t layout_rt, int64_t m, int64_t k, int cc, int max_smem)
 {
     if (layout != PQ2_LAYOUT_TILES && layout != PQ2_LAYOUT_PLANES)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: the row block family reads the planes or tiles layout", fn);
@@ -934,7 +1024,8 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d (bulk-copy ring) needs compute capability 9.0; this device "
                              "has %d.%d (use stages 1 or 2)", fn, (int)cfg.stages, cc / 10, cc % 10);
-    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m), max_smem));
+    // (max_smem less the split kernels' static arrival flag)
+    PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m, k), max_smem - kStaticSmem));
     if (!has_instance(cfg, layout, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s m=%lld", fn,
@@ -944,10 +1035,20 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
     return PQ2_OK;
 }
 
+// Lets kernel f take all the shared memory a block may have (max_smem_optin, static included).
+template <class F>
+cudaError_t allow_dynamic_smem(F f, int max_smem_optin)
+{
+    cudaFuncAttributes a;
+    const cudaError_t e = cudaFuncGetAttributes(&a, f);
+    if (e != cudaSuccess) return e;
+    return cudaFuncSetAttribute(f, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin - (int)a.sharedSizeBytes);
+}
+
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
 #define PQ2_ATTR_GRID(GK, L, R, U, T, S) \
-    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_kernel<L, R, U, T, S, GK>, cudaFuncAttributeMaxDynamicSharedMemorySize, 16 * 4 * 2 * 128 * 4));
+    PQ2_CUDA_TRY(fn, allow_dynamic_smem(rowblock_kernel<L, R, U, T, S, GK>, max_smem_optin));
 #define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridRows, L, R, U, T, S)
     PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
@@ -981,10 +1082,12 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
     if (blocks > INT32_MAX || p.k / 128 * row_blocks > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: n=%lld k=%lld: too many row blocks for one grid", fn,
                              (long long)p.n, (long long)p.k);
-    pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m), stream, after_kernel);
+    pq2_decode_problem q = p;
+    q.tc_cap = (int32_t)pq2_rowblock_tc_cap(cfg, p.m, p.k);
+    pq2_launch l((unsigned)blocks, cfg.warps * 32, pq2_rowblock_smem(cfg, p.m, p.k), stream, after_kernel);
     if (cfg.stages >= 3)
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), p, (int)cfg.stages));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), q, (int)cfg.stages));
     else
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages, grid_kind(cfg)), p));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages, grid_kind(cfg)), q));
     return pq2_launch_status(fn);
 }

@@ -156,7 +156,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (!cfg_in && cfg->family == PQ2_DECODE_STREAM)  // chunks must tile k/128: shrink for odd k
         while (cfg->unroll > 1 && v->groups % cfg->unroll != 0) cfg->unroll /= 2;
     if (cfg->family == PQ2_DECODE_ROWBLOCK) {
-        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, cc, max_smem));
+        PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, v->k, cc, max_smem));
         *blocks = pq2_rowblock_grid(*cfg, v->n, sms);
         return PQ2_OK;
     }
@@ -184,6 +184,7 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
     p.splits = cfg.family == PQ2_DECODE_ROWBLOCK && cfg.splits > 1 ? cfg.splits : 1;
+    p.tc_cap = 0;  // pq2_rowblock_launch sets it
     if (cfg.family == PQ2_DECODE_ROWBLOCK) return pq2_rowblock_launch(fn, p, cfg, blocks, after_kernel, stream);
     return pq2_decode_launch(fn, p, cfg, blocks, after_kernel, stream);
 }
