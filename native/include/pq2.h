@@ -179,7 +179,10 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
  *   shared-memory ring (planes and tiles layouts).
  * family PQ2_DECODE_ROWBLOCK: one block per row block of 16*rt rows, its warps splitting the
  *   groups in batches of `unroll` units and summing in shared memory (planes and tiles; the
- *   bulk-copy ring of stages 3..8 reads tiles only). */
+ *   bulk-copy ring of stages 3..8 reads tiles only). At m > 8 a block also holds its groups'
+ *   activation scales and sums in shared memory, 128 bytes per 128-group (of k/128, or of a
+ *   split's share): a configuration that needs more shared memory than the device has is
+ *   refused with PQ2_ERR_UNSUPPORTED (the default one fits up to k of about 200000 on sm_90). */
 #define PQ2_DECODE_STREAM 0
 #define PQ2_DECODE_ROWBLOCK 1
 typedef struct pq2_decode_config {
