@@ -223,14 +223,16 @@ PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, int64_t m,
  * the workspace and y are ordered as usual. Do not write the weights in the kernel launched
  * right before the call on the same stream; weights written earlier (by a copy, or by a kernel
  * with at least one other kernel after it before the call) are safe. pq2_matmul_q8_cuda does
- * not overlap (stream order as usual). */
+ * the same when it makes bit slices (m = 1, row-block family); otherwise it does not overlap
+ * (stream order as usual). */
 PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t x_dtype, void *y,
                                    int32_t y_dtype, int64_t m, const pq2_decode_config *cfg,
                                    void *workspace, size_t workspace_bytes, void *stream);
 /* The same product on activations already quantised by pq2_quantize_q8_cuda (q8, scales, sums
  * exactly as that call writes them). At m = 1 the row-block kernels read a bit-sliced copy of q8
  * as well: this call makes it in the workspace with one small kernel before the matmul (inside
- * pq2_matmul_cuda the quantiser writes it). */
+ * pq2_matmul_cuda the quantiser writes it), chained as pq2_matmul_cuda chains its quantiser and
+ * matmul (see there: the weights must not be written by the kernel launched right before). */
 PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int8_t *q8, const float *scales,
                                       const int32_t *sums, void *y, int32_t y_dtype, int64_t m,
                                       const pq2_decode_config *cfg, void *workspace,

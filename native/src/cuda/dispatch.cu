@@ -313,10 +313,18 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     // Arrival counters (stream family, split row blocks) must start at zero (pq2_matmul_cuda
     // clears them in its quantiser).
-    if (pq2_decode_counters(c.cfg, c.v.n) > 0)
-        PQ2_CUDA_TRY(fn, cudaMemsetAsync(c.ws + c.plan.counters, 0, c.plan.partial - c.plan.counters, s));
-    // The m == 1 row-block kernels read the bit-sliced copy of q8: made here, in the workspace.
-    if (c.bits) PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, c.bits, s));
+    const int32_t n_counters = (int32_t)pq2_decode_counters(c.cfg, c.v.n);
+    uint32_t *counters = reinterpret_cast<uint32_t *>(c.ws + c.plan.counters);
+    if (c.bits) {
+        // The m == 1 row-block kernels read the bit-sliced copy of q8: made here, in the
+        // workspace, by a kernel that also clears the counters. Both are programmatic dependent
+        // launches where the device has them, as in pq2_matmul_cuda: the matmul streams its first
+        // weights while the bit slices are made (NOTES v14c).
+        PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, c.bits, counters, n_counters, pq2_pdl_ok(), s));
+        PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, pq2_pdl_ok(), s));
+        return pq2_ok();
+    }
+    if (n_counters > 0) PQ2_CUDA_TRY(fn, cudaMemsetAsync(counters, 0, (size_t)n_counters * sizeof(uint32_t), s));
     PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, false, s));
     return pq2_ok();
 }

@@ -121,10 +121,17 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
 }
 
 // The bit-sliced copy of existing q8 (plane order: element 4*lane + s of group g at
-// q8[g*128 + s*32 + lane]), one warp per (row, group).
+// q8[g*128 + s*32 + lane]), one warp per (row, group); clears the matmul's arrival counters as
+// the quantiser does.
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
-bitslice_kernel(const int8_t *__restrict__ q8, int64_t tasks, uint32_t *__restrict__ bits)
+bitslice_kernel(const int8_t *__restrict__ q8, int64_t tasks, uint32_t *__restrict__ bits,
+                uint32_t *__restrict__ zero, int32_t n_zero)
 {
+    // As the quantiser: q8 (the caller's) and the workspace are touched only after the
+    // preceding kernel has finished; the matmul that follows may start streaming weights now.
+    pq2_pdl_handoff();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_zero; i += gridDim.x * blockDim.x)
+        zero[i] = 0;
     const int lane = threadIdx.x & 31;
     const int64_t task = (int64_t)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
     if (task >= tasks) return;
@@ -147,11 +154,12 @@ static pq2_status group_blocks(const char *fn, int64_t m, int64_t k, unsigned *b
 }
 
 pq2_status pq2_bitslice_launch(const char *fn, const int8_t *q8, int64_t m, int64_t k, uint32_t *bits,
-                               cudaStream_t stream)
+                               uint32_t *zero, int32_t n_zero, bool pdl, cudaStream_t stream)
 {
     unsigned blocks;
     PQ2_CHECK(group_blocks(fn, m, k, &blocks));
-    bitslice_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(q8, m * (k >> 7), bits);
+    pq2_launch l(blocks, kWarpsPerBlock * 32, 0, stream, pdl);
+    PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, bitslice_kernel, q8, m * (k >> 7), bits, zero, n_zero));
     return pq2_launch_status(fn);
 }
 

@@ -13,9 +13,11 @@ pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, i
                                cudaStream_t stream);
 
 // The bit-sliced copy of q8[m][k] (plane order, as the quantiser writes it) into bits, the same
-// words the quantiser writes. Plain stream order.
+// words the quantiser writes, and zero[0..n_zero) cleared in the same launch. pdl: as
+// pq2_quantize_launch (the kernel reads q8 only after the previous kernel of the stream is done,
+// and lets the matmul that follows start streaming weights).
 pq2_status pq2_bitslice_launch(const char *fn, const int8_t *q8, int64_t m, int64_t k, uint32_t *bits,
-                               cudaStream_t stream);
+                               uint32_t *zero, int32_t n_zero, bool pdl, cudaStream_t stream);
 
 // True when the current device (already initialised) supports programmatic dependent launch.
 bool pq2_pdl_ok();
