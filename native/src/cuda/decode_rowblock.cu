@@ -567,7 +567,8 @@ __device__ __forceinline__ void stage_token_consts(const pq2_decode_problem &p, 
     const int c = 64;
     for (int e = lane; e < len * PAIRS; e += 32) {
         const int u = e / PAIRS, pr = e - u * PAIRS;
-        // (m * G < 2^31: pq2_rowblock_launch checks k / 128 * row blocks, and m <= 16)
+        // (32-bit indices: m <= 16, and the shared-memory check keeps k / 128 below
+        // kMaxSplits * 227 KB / 128 B, so m * k / 128 < 2^19)
         const unsigned g = (unsigned)(g_begin + u);
         const unsigned t0 = (unsigned)min(2 * pr, p.m - 1) * G + g, t1 = (unsigned)min(2 * pr + 1, p.m - 1) * G + g;
         dst[e] = make_int4(-__ldg(p.sums + t0) * c, -__ldg(p.sums + t1) * c, __float_as_int(__ldg(p.xs + t0) * f),
