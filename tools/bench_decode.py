@@ -165,13 +165,31 @@ def decode_pass(layout, rt, read_gbs, replays=20):
             "ratio_to_floor": pass_ms / floor_ms, "tokens_per_s": 1000 / pass_ms}
 
 
+def source_commit():
+    """The commit the results belong to: $PQ2_COMMIT, else the checkout's HEAD (with '+dirty'
+    for uncommitted changes), else 'unknown' (a copied tree without .git: set PQ2_COMMIT)."""
+    if os.environ.get("PQ2_COMMIT"):
+        return os.environ["PQ2_COMMIT"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        print("# warning: no PQ2_COMMIT and no git checkout: results are recorded with commit 'unknown'",
+              file=sys.stderr)
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
 def environment():
     smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True).stdout.strip()
     ffi, lib = _native.load()
     return {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
             "gpu": torch.cuda.get_device_name(), "nvidia_smi": smi, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "commit": os.environ.get("PQ2_COMMIT", "unknown"),
+            "cuda": torch.version.cuda, "commit": source_commit(),
             "libpq2": ffi.string(lib.pq2_version_string()).decode()}
 
 
