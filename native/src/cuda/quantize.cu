@@ -63,21 +63,26 @@ __device__ __forceinline__ void load4(const void *x, size_t i, float (&v)[4])
 
 // One warp per (row, group); lane L owns elements 4L..4L+3, so element 4L+j goes to plane j at
 // position L: each of the four byte stores of a warp writes 32 consecutive bytes.
+// The start of both kernels that precede a matmul. Programmatic dependent launch, both ways:
+// such a grid may start before the previous kernel of the stream ends (it is launched as its
+// dependent), so it reads its input and touches the workspace only after the handoff; the matmul
+// that follows may start now (it streams weights and waits for this grid before reading what it
+// writes). Then the matmul's arrival counters, which live in the same workspace, are cleared: in
+// the launch that precedes the matmul, so every call is independent of the last one.
+__device__ __forceinline__ void start_before_matmul(uint32_t *__restrict__ zero, int32_t n_zero)
+{
+    pq2_pdl_handoff();
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_zero; i += gridDim.x * blockDim.x)
+        zero[i] = 0;
+}
+
 template <int DTYPE>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__restrict__ q8,
                    float *__restrict__ scales, int32_t *__restrict__ sums,
                    uint32_t *__restrict__ bits, uint32_t *__restrict__ zero, int32_t n_zero)
 {
-    // Programmatic dependent launch, both ways. This grid may start before the previous kernel
-    // of the stream ends (it is launched as its dependent): it reads x and touches the workspace
-    // only after this. The matmul that follows may start now: it streams weights and waits for
-    // this grid before reading what it writes.
-    pq2_pdl_handoff();
-    // The matmul's arrival counters live in the same workspace: clearing them here, in the launch
-    // that precedes the matmul, makes every call independent of the last one.
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_zero; i += gridDim.x * blockDim.x)
-        zero[i] = 0;
+    start_before_matmul(zero, n_zero);  // x is read only after this
 
     const int lane = threadIdx.x & 31;
     const int64_t groups = k >> 7;
@@ -127,11 +132,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 bitslice_kernel(const int8_t *__restrict__ q8, int64_t tasks, uint32_t *__restrict__ bits,
                 uint32_t *__restrict__ zero, int32_t n_zero)
 {
-    // As the quantiser: q8 (the caller's) and the workspace are touched only after the
-    // preceding kernel has finished; the matmul that follows may start streaming weights now.
-    pq2_pdl_handoff();
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n_zero; i += gridDim.x * blockDim.x)
-        zero[i] = 0;
+    start_before_matmul(zero, n_zero);  // q8 (the caller's) is read only after this
     const int lane = threadIdx.x & 31;
     const int64_t task = (int64_t)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
     if (task >= tasks) return;
