@@ -117,6 +117,12 @@ def tuned_keys(entries):
     return {(e[0].upper(), e[1], e[2], e[3]) for e in entries}
 
 
+def table_fields(line):
+    """(LAYOUT, m_max, n, k, layout_rt) of a PQ2_TUNED(...) line of decode_table.inc."""
+    f = [v.strip() for v in line[len("PQ2_TUNED("):].split(")")[0].split(",")]
+    return (f[0], int(f[1]), int(f[2]), int(f[3]), int(f[4]))
+
+
 def render_table(entries, env, keep=(), note=""):
     """The table text: the tuned entries plus `keep` (existing PQ2_TUNED lines of layouts not
     tuned in this run, with their provenance comments)."""
@@ -133,8 +139,8 @@ def render_table(entries, env, keep=(), note=""):
     rows = []
     for line in keep:
         if line.startswith("PQ2_TUNED("):
-            f = [v.strip() for v in line[len("PQ2_TUNED("):].split(",")[:5]]
-            rows.append(((f[0], int(f[2]), int(f[3]), int(f[4]), int(f[1])), line))
+            layout, m, n, k, layout_rt = table_fields(line)
+            rows.append(((layout, n, k, layout_rt, m), line))
     for layout, m, n, k, layout_rt, cfg, us in entries:
         rt, warps, unroll, stages, blocks, family, splits = cfg
         args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt, FAMILY_NAMES[family],
@@ -157,9 +163,8 @@ def kept_lines(path, tuned_layouts, tuned=None):
     keep = []
     for line in old:
         if line.startswith("PQ2_TUNED("):
-            fields = [v.strip() for v in line[len("PQ2_TUNED("):].split(")")[0].split(",")]
-            key = (fields[0], int(fields[1]), int(fields[2]), int(fields[3]))
-            if (key not in tuned) if tuned is not None else (fields[0] not in names):
+            key = table_fields(line)[:4]
+            if (key not in tuned) if tuned is not None else (key[0] not in names):
                 keep.append(line)
         elif line.startswith("// ") and "Generated" in line and (tuned is not None or any(
                 f"layouts {n.lower()}" in line or f"{n} lines" in line for n in {"PLANES", "TILES"} - names)):
