@@ -325,47 +325,6 @@ def test_rowblock_model_shapes(name):
     check_rowblock_every_m(MODEL_SHAPES[name], "tiles", 2, ROWBLOCK_BY_TOKS)
 
 
-# finer rows: rt 1 row blocks on tiles rt 2 files, (warps, unroll, stages, blocks, splits) per
-# token class: rows, persistent and split grids
-ROWBLOCK_FINER_BY_TOKS = {1: [(8, 2, 1, 0, 0), (4, 1, 2, 2, 0), (16, 1, 1, 0, 2)],
-                          2: [(8, 1, 1, 0, 0), (4, 2, 1, 0, 0)],
-                          8: [(8, 2, 2, 0, 0), (4, 2, 1, 4, 0), (8, 1, 1, 0, 3)],
-                          16: [(8, 1, 2, 0, 0), (4, 2, 1, 8, 0), (16, 1, 1, 0, 2)]}
-
-
-@pytest.mark.parametrize("shape", [MODEL_SHAPES["out"], (100, 5248), (48, 640), (17, 384), (1, 128)],
-                         ids=["out", "n100_k5248", "n48_k640", "n17_k384", "n1_k128"])
-def test_rowblock_finer_rows_every_m(shape):
-    """Config rt 1 on a tiles rt 2 file: row block rb is sub-tile rb % 2 of tile row rb // 2 (n
-    17, 48, 100: the last tile row partly or half past n, whose blocks store nothing there).
-    Every M, rows, persistent and split grids, against the reference; the rows and persistent
-    grids also bit-identical to the rt 2 kernel with the same warps (the same per-row arithmetic
-    and order), and the q8 entry point to the call."""
-    codes, scales, w = weights(shape, "ternary", "tiles", 2)
-    for m in ALL_M:
-        dtype = dtype_for(m)
-        x = activations(m, shape[1], "normal", dtype, m)
-        q8, xs, sums = quantize_q8(x)
-        ref = q8_reference(codes, scales, q8, xs, sums)
-        for warps, unroll, stages, blocks, splits in ROWBLOCK_FINER_BY_TOKS[toks_class(m)]:
-            cfg = decode_config(1, warps, unroll, stages, blocks, "rowblock", splits)
-            y = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")
-            w.matmul(x, out=y, cfg=cfg)
-            work = w.workspace(m, cfg)
-            work.fill_(0xAB)
-            yq = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")
-            w.matmul_q8(q8, xs, sums, yq, work, cfg)
-            torch.cuda.synchronize()
-            what = f"m={m} warps={warps} unroll={unroll} stages={stages} blocks={blocks} splits={splits}"
-            assert not torch.isnan(y).any(), f"unwritten outputs, {what}"
-            err = rel_rms(y, ref)
-            assert err <= Y_TOL[dtype], f"{what}: rel RMS {err:.3g}"
-            assert torch.equal(y, yq), f"{what}: q8 entry point differs"
-            if splits == 0:
-                y2 = w.matmul(x, out_dtype=dtype, cfg=decode_config(2, warps, 1, 1, 0, "rowblock"))
-                assert torch.equal(y, y2), f"{what}: differs from the rt 2 kernel"
-
-
 @pytest.mark.parametrize("m", [9, 16])
 def test_token_constants_long_rows(m):
     """m > 8 stages each warp's activation scales and sums in shared memory (one 16-byte record
@@ -518,16 +477,6 @@ def test_bad_arguments_return_status():
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "warps=17" in e.message
     e = status_of(lambda: pl.matmul(x, cfg=decode_config(2, 4, 2, 3, 0, "rowblock")))  # ring: tiles only
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "tiles layout only" in e.message
-    # finer rows (row-block rt below the tiles layout's): register kernels only, rt dividing the layout's
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(1, 4, 1, 3, 0, "rowblock")))
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "ring reads whole tiles" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(4, 4, 1, 1, 0, "rowblock")))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "must divide" in e.message
-    e = status_of(lambda: w.matmul(x, cfg=decode_config(3, 4, 1, 1, 0, "rowblock")))
-    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "rt=3" in e.message
-    _, _, w4 = weights((1000, 640), "random", "tiles", 4)
-    e = status_of(lambda: w4.matmul(x, cfg=decode_config(2, 4, 1, 1, 0, "rowblock")))  # rt 2 of rt 4: not compiled
-    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "finer rows" in e.message
     st = _lib.pq2_matmul_cuda(w.struct(), _ffi.NULL, 0, _ffi.NULL, 0, 1, _ffi.NULL, _ffi.NULL, 0,
                               _ffi.NULL)
     assert _ffi.string(_lib.pq2_status_name(st)) == b"PQ2_ERR_NULL_POINTER"

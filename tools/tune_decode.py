@@ -22,7 +22,7 @@ from pyq2.errors import Pq2Error
 from pyq2.gpu import CONFIG_FIELDS, FAMILIES, decode_config
 
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
-FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits", "finer")  # what --families can name
+FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits")  # what --families can name
 
 
 def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES):
@@ -48,14 +48,6 @@ def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES):
         rts = [layout_rt] if layout == "tiles" else [1, 2]
         for rt, w, u, s, sp in itertools.product(rts, (4, 8, 16), (1, 2), (1, 2), (2, 3, 4)):
             yield (rt, w, u, s, 0, 1, sp)
-    if "finer" in families and layout == "tiles" and layout_rt == 2:  # rt 1 row blocks on rt 2 tiles:
-        for w, u, s in itertools.product((4, 8, 16), (1, 2, 4), (1, 2)):  # twice the blocks, each
-            yield (1, w, u, s, 0, 1, 0)  # half a tile row (better balance over the SMs)
-        for w, u, s in itertools.product((4, 8, 16), (1, 2), (1, 2)):
-            for b in sorted({max(1, 32 // w), 64 // w}):
-                yield (1, w, u, s, b, 1, 0)
-        for w, sp in itertools.product((8, 16), (2, 3)):
-            yield (1, w, 1, 1, 0, 1, sp)
 
 
 # Within this fraction of the fastest, the lighter configuration wins (footprint()).
@@ -208,8 +200,7 @@ def main(argv=None):
     ap.add_argument("--families", default=",".join(FAMILY_CHOICES),
                     help="kernel families to search: stream, rowblock, persistent (row-block kernels "
                          "on a persistent grid: config blocks > 0), splits (row blocks split over "
-                         "several blocks: config splits > 1), finer (tiles rt 2 only: the register "
-                         "kernels on row blocks of rt 1, half a tile row each)")
+                         "several blocks: config splits > 1)")
     ap.add_argument("--from-json", help="no GPU: re-pick the entries of a saved --json tune and --write them")
     ap.add_argument("--partial", action="store_true",
                     help="--write replaces only the (layout, M bucket, shape) entries tuned in this run "

@@ -127,9 +127,8 @@ struct batch {
 };
 
 // Loads units [0, n) of a batch starting at unit pointer `codes` (already + lane*16) and scale
-// word pointer `scales` (already + gid). Units are LR*512 code bytes and LR*8 scale words apart
-// (LR: the tile-major layout's sub-tiles per unit, of which the batch takes RT).
-template <int RT, int U, int LR>
+// word pointer `scales` (already + gid). Units are RT*512 code bytes and RT*8 scale words apart.
+template <int RT, int U>
 __device__ __forceinline__ void load_batch(batch<RT, U> &b, const uint8_t *codes, const uint32_t *scales, int n)
 {
 #pragma unroll
@@ -137,46 +136,40 @@ __device__ __forceinline__ void load_batch(batch<RT, U> &b, const uint8_t *codes
 #pragma unroll
         for (int r = 0; r < RT; ++r)
             if (u < n) {
-                b.codes[u][r] = ld_stream16(codes + (u * LR + r) * 512);
-                b.scales[u][r] = ld_stream4(scales + (u * LR + r) * 8);
+                b.codes[u][r] = ld_stream16(codes + (u * RT + r) * 512);
+                b.scales[u][r] = ld_stream4(scales + (u * RT + r) * 8);
             }
 }
 
 // Where a lane's weight bytes come from. TILES: the units are one contiguous stream (unit u at
-// u*LR*512 code bytes, u*LR*8 scale words; LR is the layout's rt). With RT == LR a row block is a
-// row of tiles; with RT < LR ("finer rows") row block rb is sub-tiles (rb % (LR/RT))*RT.. of each
-// unit of tile row rb / (LR/RT): more, smaller blocks for a better balance over the SMs, the
-// same 512-byte coalesced loads. PLANES (LR unused): per sub-tile the lane's two rows of the code
+// u*RT*512 code bytes, u*RT*8 scale words). PLANES: per sub-tile the lane's two rows of the code
 // plane (8 bytes of each per group) and of the fp16 scale plane; rows past n re-read row n-1
 // (their results are never stored).
-template <int LAYOUT, int RT, int U, int LR>
+template <int LAYOUT, int RT, int U>
 struct weight_src;
 
-template <int RT, int U, int LR>
-struct weight_src<PQ2_LAYOUT_TILES, RT, U, LR> {
-    static_assert(LR % RT == 0, "row blocks take whole sub-tiles of the layout's tiles");
+template <int RT, int U>
+struct weight_src<PQ2_LAYOUT_TILES, RT, U> {
     const uint8_t *codes;     // + lane*16
     const uint32_t *scales;   // + gid
-    // Row block rb, the warp's groups from g_begin: flat unit (rb / (LR/RT))*G + g_begin, its
-    // sub-tiles from (rb % (LR/RT))*RT.
+    // Row block rb, the warp's groups from g_begin: flat unit rb*G + g_begin.
     __device__ weight_src(const pq2_decode_problem &p, int rb, int g_begin, int lane)
+        : codes(p.codes + ((size_t)rb * (size_t)(p.k >> 7) + g_begin) * (RT * 512) + lane * 16),
+          scales(reinterpret_cast<const uint32_t *>(p.wscales) + ((size_t)rb * (size_t)(p.k >> 7) + g_begin) * (RT * 8) +
+                 (lane >> 2))
     {
-        const size_t unit = (size_t)(rb / (LR / RT)) * (size_t)(p.k >> 7) + g_begin;
-        const int sub = (rb % (LR / RT)) * RT;
-        codes = p.codes + (unit * LR + sub) * 512 + lane * 16;
-        scales = reinterpret_cast<const uint32_t *>(p.wscales) + (unit * LR + sub) * 8 + (lane >> 2);
     }
     // Units [i, i+n) of the warp's range into b.
     __device__ __forceinline__ void load(batch<RT, U> &b, int i, int n) const
     {
-        load_batch<RT, U, LR>(b, codes + (size_t)i * (LR * 512), scales + i * (LR * 8), n);
+        load_batch<RT, U>(b, codes + (size_t)i * (RT * 512), scales + i * (RT * 8), n);
     }
     // Running pointers: unit 0 becomes unit `units`.
-    __device__ __forceinline__ void advance(int units) { codes += units * (LR * 512), scales += units * (LR * 8); }
+    __device__ __forceinline__ void advance(int units) { codes += units * (RT * 512), scales += units * (RT * 8); }
 };
 
-template <int RT, int U, int LR>
-struct weight_src<PQ2_LAYOUT_PLANES, RT, U, LR> {
+template <int RT, int U>
+struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
     const uint8_t *codes[RT][2];    // rows gid, gid+8 of sub-tile r, + g_begin*32 + tq*8
     const uint16_t *scales[RT][2];  // the same rows, + g_begin
     __device__ weight_src(const pq2_decode_problem &p, int rb, int g_begin, int lane)
@@ -671,7 +664,7 @@ enum rowblock_grid_kind { kGridRows = 0, kGridPersist = 1, kGridSplit = 2 };
 // kGridPersist: row blocks blockIdx.x, + gridDim.x, ... (a grid smaller than the row blocks);
 // the first batch of the next row block is loaded before this one's reduction, so the warp's
 // loads do not pause there.
-template <int LAYOUT, int RT, int U, int TOKS, int STAGES, int GRID, int LR>
+template <int LAYOUT, int RT, int U, int TOKS, int STAGES, int GRID>
 __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
 {
     extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
@@ -689,7 +682,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     }
     const warp_split ws = split_of(gs, warp, warps);
     const int g_begin = g0 + ws.g_begin, len = ws.len;
-    weight_src<LAYOUT, RT, U, LR> src(p, rb, g_begin, lane);
+    weight_src<LAYOUT, RT, U> src(p, rb, g_begin, lane);
 
     // The first batch (stages 1) or two (stages 2) are in flight before the wait.
     batch<RT, U> b0, b1;
@@ -765,7 +758,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             const int next = rb + (int)gridDim.x;
             const bool more = next < (int)pq2_decode_row_blocks(p.n, RT);
             if (more) {
-                src = weight_src<LAYOUT, RT, U, LR>(p, next, g_begin, lane);
+                src = weight_src<LAYOUT, RT, U>(p, next, g_begin, lane);
                 if (len > 0) src.load(b0, 0, min(len, U));
                 if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
             }
@@ -934,16 +927,6 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2)                               \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 
-// Finer rows (config rt below the tile-major layout's): rt 1 on tiles rt 2 files, the register
-// kernels (m classes 1, 2, 8 and 16) on each grid (entries: grid kind, RT, U, TOKS, STAGES).
-#define PQ2_FINER_INSTANCES(X)                                                                             \
-    X(kGridRows, 1, 1, 1, 1) X(kGridRows, 1, 2, 1, 1) X(kGridRows, 1, 4, 1, 1) X(kGridRows, 1, 1, 1, 2)    \
-    X(kGridRows, 1, 2, 1, 2) X(kGridRows, 1, 1, 2, 1) X(kGridRows, 1, 2, 2, 1) X(kGridRows, 1, 1, 8, 1)    \
-    X(kGridRows, 1, 2, 8, 1) X(kGridRows, 1, 1, 8, 2) X(kGridRows, 1, 2, 8, 2) X(kGridRows, 1, 1, 16, 1)   \
-    X(kGridRows, 1, 2, 16, 1) X(kGridRows, 1, 1, 16, 2) X(kGridPersist, 1, 1, 1, 1)                        \
-    X(kGridPersist, 1, 1, 1, 2) X(kGridPersist, 1, 1, 8, 1) X(kGridPersist, 1, 2, 8, 1)                    \
-    X(kGridPersist, 1, 2, 16, 1) X(kGridSplit, 1, 1, 1, 1) X(kGridSplit, 1, 1, 8, 1) X(kGridSplit, 1, 1, 16, 1)
-
 using rowblock_fn = void (*)(const pq2_decode_problem);
 
 // The TOKS of an instance for m (the stream family's classes plus 2: m == 2 has column planes).
@@ -952,16 +935,11 @@ using ring_fn = void (*)(const pq2_decode_problem, int);
 
 int grid_kind(const pq2_decode_config &cfg) { return cfg.splits > 1 ? kGridSplit : cfg.blocks > 0 ? kGridPersist : kGridRows; }
 
-// layout_rt: TILES, the layout's rt (a multiple of rt); PLANES, unused.
-rowblock_fn find_rowblock(int32_t layout, int32_t layout_rt, int32_t rt, int32_t unroll, int64_t m, int32_t stages,
-                          int grid)
+rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, int grid)
 {
     const int toks = rowblock_tokens_class(m);
-    const int lr = layout == PQ2_LAYOUT_TILES ? layout_rt : rt;
-#define PQ2_MATCH_LR(GK, L, R, U, T, S, LR)                                                                       \
-    if (grid == GK && layout == (L) && lr == (LR) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) \
-        return rowblock_kernel<L, R, U, T, S, GK, LR>;
-#define PQ2_MATCH_GRID(GK, L, R, U, T, S) PQ2_MATCH_LR(GK, L, R, U, T, S, R)
+#define PQ2_MATCH_GRID(GK, L, R, U, T, S) \
+    if (grid == GK && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S, GK>;
 #define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridRows, L, R, U, T, S)
     PQ2_ROWBLOCK_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
@@ -971,11 +949,7 @@ rowblock_fn find_rowblock(int32_t layout, int32_t layout_rt, int32_t rt, int32_t
 #define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridSplit, L, R, U, T, S)
     PQ2_SPLIT_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
-#define PQ2_MATCH(GK, R, U, T, S) PQ2_MATCH_LR(GK, PQ2_LAYOUT_TILES, R, U, T, S, 2)
-    PQ2_FINER_INSTANCES(PQ2_MATCH)
-#undef PQ2_MATCH
 #undef PQ2_MATCH_GRID
-#undef PQ2_MATCH_LR
     return nullptr;
 }
 
@@ -989,10 +963,10 @@ ring_fn find_ring(int32_t rt, int32_t unroll, int64_t m)
     return nullptr;
 }
 
-bool has_instance(const pq2_decode_config &cfg, int32_t layout, int32_t layout_rt, int64_t m)
+bool has_instance(const pq2_decode_config &cfg, int32_t layout, int64_t m)
 {
     return cfg.stages >= 3 ? find_ring(cfg.rt, cfg.unroll, m) != nullptr
-                           : find_rowblock(layout, layout_rt, cfg.rt, cfg.unroll, m, cfg.stages, grid_kind(cfg)) != nullptr;
+                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages, grid_kind(cfg)) != nullptr;
 }
 
 }  // namespace
@@ -1024,12 +998,7 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d: the row block family's bulk-copy ring reads the tiles layout "
                              "only (planes: stages 1 or 2)", fn, (int)cfg.stages);
-    PQ2_CHECK(pq2_decode_check_shape(fn, cfg, layout, layout_rt, 16, /*finer_rows=*/true));
-    if (layout == PQ2_LAYOUT_TILES && cfg.rt != layout_rt && cfg.stages >= 3)
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: config rt=%d stages=%d: the bulk-copy ring reads whole tiles (rt = the layout's "
-                             "%d); finer row blocks run on the register kernels (stages 1 or 2)", fn, (int)cfg.rt,
-                             (int)cfg.stages, (int)layout_rt);
+    PQ2_CHECK(pq2_decode_check_shape(fn, cfg, layout, layout_rt, 16));
     if (cfg.stages < 1 || cfg.stages > 8)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config stages=%d is not in 1..8 (row block family: 1-2 register batches, "
@@ -1058,11 +1027,10 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
                              "has %d.%d (use stages 1 or 2)", fn, (int)cfg.stages, cc / 10, cc % 10);
     // (max_smem less the split kernels' static arrival flag)
     PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m, k), max_smem - kStaticSmem));
-    if (!has_instance(cfg, layout, layout_rt, m))
+    if (!has_instance(cfg, layout, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: no compiled row-block kernel for layout %s%s rt=%d unroll=%d stages=%d%s m=%lld", fn,
-                             pq2_layout_name(layout), layout == PQ2_LAYOUT_TILES && layout_rt != cfg.rt ? " (finer rows)" : "",
-                             (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages,
+                             "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s m=%lld", fn,
+                             pq2_layout_name(layout), (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages,
                              cfg.splits > 1 ? " (split row blocks)" : cfg.blocks > 0 ? " (persistent grid)" : "",
                              (long long)m);
     return PQ2_OK;
@@ -1080,9 +1048,8 @@ cudaError_t allow_dynamic_smem(F f, int max_smem_optin)
 
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
-#define PQ2_ATTR_LR(GK, L, R, U, T, S, LR) \
-    PQ2_CUDA_TRY(fn, allow_dynamic_smem(rowblock_kernel<L, R, U, T, S, GK, LR>, max_smem_optin));
-#define PQ2_ATTR_GRID(GK, L, R, U, T, S) PQ2_ATTR_LR(GK, L, R, U, T, S, R)
+#define PQ2_ATTR_GRID(GK, L, R, U, T, S) \
+    PQ2_CUDA_TRY(fn, allow_dynamic_smem(rowblock_kernel<L, R, U, T, S, GK>, max_smem_optin));
 #define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridRows, L, R, U, T, S)
     PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
@@ -1092,11 +1059,7 @@ pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 #define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridSplit, L, R, U, T, S)
     PQ2_SPLIT_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
-#define PQ2_ATTR(GK, R, U, T, S) PQ2_ATTR_LR(GK, PQ2_LAYOUT_TILES, R, U, T, S, 2)
-    PQ2_FINER_INSTANCES(PQ2_ATTR)
-#undef PQ2_ATTR
 #undef PQ2_ATTR_GRID
-#undef PQ2_ATTR_LR
 #define PQ2_ATTR(R, U, T)                                                                                       \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin)); \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
@@ -1126,6 +1089,6 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
     if (cfg.stages >= 3)
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), q, (int)cfg.stages));
     else
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, p.layout_rt, cfg.rt, cfg.unroll, p.m, cfg.stages, grid_kind(cfg)), q));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages, grid_kind(cfg)), q));
     return pq2_launch_status(fn);
 }
