@@ -871,7 +871,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 2)     \
     PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 1, 4) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1)                 \
     X(PQ2_LAYOUT_TILES, 2, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 1, 2)      \
-    X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) X(PQ2_LAYOUT_TILES, 2, 1, 16, 2) X(PQ2_LAYOUT_TILES, 2, 2, 16, 2)  \
+    X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2)                       \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 4, 1, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 1)                                 \
     X(PQ2_LAYOUT_TILES, 4, 1, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 8, 2)                                       \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                 \
@@ -885,8 +885,6 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 // Left out since the column planes (spills, NOTES v10a; still with the bit slices): planes rt 1 U 1 m=1 stages 1, tiles rt 2
 // U 1 m=2 stages 2.
-// tiles rt 2 m > 8 stages 2 (U 1: 106 registers, U 2: 128) since the token constants (v14b) took
-// the m > 8 registers down (NOTES v15b).
 // The persistent register kernels (config blocks > 0): tiles, the same combinations less those
 // that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m=1 stages 1; rt 4 U 1 m<=8 stages 2;
 // since the column planes also rt 1 U 2 m=1 stages 2, rt 2 U 1 m=1 stages 2 and rt 2 U 2 m=1
@@ -900,7 +898,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1)                                      \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 4, 2) X(PQ2_LAYOUT_TILES, 1, 4, 8, 2)                                 \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 8, 1)                                 \
-    X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 2, 2) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) X(PQ2_LAYOUT_TILES, 2, 1, 16, 2)     \
+    X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 2, 2) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2)      \
     X(PQ2_LAYOUT_TILES, 2, 2, 2, 1) X(PQ2_LAYOUT_TILES, 2, 2, 8, 1) X(PQ2_LAYOUT_TILES, 2, 2, 16, 1)      \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 2, 2) X(PQ2_LAYOUT_TILES, 2, 2, 8, 2)                                 \
     X(PQ2_LAYOUT_TILES, 4, 1, 2, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 1)                                       \
@@ -918,7 +916,7 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
 // tiles rt 2 U 1 m <= 8 stages 1 and (since the bit slices) planes rt 1 U 2 m=1 stages 2 (spill).
 #define PQ2_SPLIT_INSTANCES(X)                                                                            \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1)                                \
-    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 2) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) X(PQ2_LAYOUT_TILES, 2, 1, 16, 2)                                \
+    PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 2) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2)                                 \
     PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1)                 \
     X(PQ2_LAYOUT_TILES, 2, 4, 8, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_PLANES, 1, 1)                     \
     PQ2_T12(X, PQ2_LAYOUT_PLANES, 1, 2, 1) X(PQ2_LAYOUT_PLANES, 1, 2, 8, 1)                               \
