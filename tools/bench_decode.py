@@ -6,7 +6,8 @@ Measures, on the current GPU:
   2. cuBLAS bf16 dense (torch x @ w.T) and pyq2 (pq2_matmul_cuda, activation quantisation
      included) on the six shapes of TARGETS.md at M = 1, 2, 4, 8, 16, with rotating weight copies
      (>= 4 copies and >= 256 MB, so HBM is measured, not L2) of real ternary content (codes
-     0/1/2 about a third each), each as CUDA-graph replays, median of repeated replays;
+     0/1/2 about a third each), each as CUDA-graph replays after a 50 ms warm-up of replays, median
+     of repeated replays;
   3. the whole 257-projection decode pass at M = 1: 257 distinct resident weight matrices
      (6.8 GB) in one CUDA graph, against its byte floor (bytes / read bandwidth).
 Prints a table last and writes JSON (--json). Run from a source checkout whose libpq2 is built
@@ -33,12 +34,18 @@ from pyq2.gpu import PQ2Weights
 
 TARGET_M1 = {"gate_up": 0.85, "lm_head": 0.85, "in_proj": 0.75, "qkv": 0.75, "down": 0.75, "out": 0.55}
 ROTATE_BYTES = 256 << 20
+# Warm-up of every benchmark measurement, in milliseconds of graph replays. The first ~10 ms of
+# heavy streaming after a multi-GB free (the cuBLAS timing of the shape before) run ~10% slow
+# whatever the idle time between (NOTES v15d: lm_head M=1 90.6 us, then 81.2 us): three replays
+# are not enough for the big shapes.
+WARMUP_MS = 50.0
 
 
 # ---- timing ---------------------------------------------------------------------------------
 
-def graph_time_us(fns, replays=30, warmup=3):
-    """Median microseconds per call of fns (run in order) captured once in a CUDA graph."""
+def graph_time_us(fns, replays=30, warmup=3, warmup_ms=0.0):
+    """Median microseconds per call of fns (run in order) captured once in a CUDA graph, after
+    `warmup` replays and then more until warmup_ms of them have run."""
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -52,6 +59,17 @@ def graph_time_us(fns, replays=30, warmup=3):
     for _ in range(warmup):
         g.replay()
     torch.cuda.synchronize()
+    if warmup_ms > 0:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for i in range(100000):
+            g.replay()
+            if i % 8 == 7:
+                b.record()
+                b.synchronize()
+                if a.elapsed_time(b) >= warmup_ms:
+                    break
+        torch.cuda.synchronize()
     times = []
     for _ in range(replays):
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -112,29 +130,29 @@ def copies_for(nbytes):
 
 # ---- measurements ---------------------------------------------------------------------------
 
-def time_pq2(ws, m, cfg=None, replays=30):
+def time_pq2(ws, m, cfg=None, replays=30, warmup_ms=0.0):
     x = torch.randn(m, ws[0].k, device="cuda").to(torch.bfloat16)
     y = torch.empty(m, ws[0].n, dtype=torch.bfloat16, device="cuda")
     work = torch.empty(max(w.workspace_size(m, cfg) for w in ws), dtype=torch.uint8, device="cuda")
     structs = [w.struct() for w in ws]
     fns = [lambda w=w, s=s: w.matmul(x, out=y, workspace=work, cfg=cfg, w_struct=s)
            for w, s in zip(ws, structs)]
-    return graph_time_us(fns, replays=replays)[0]
+    return graph_time_us(fns, replays=replays, warmup_ms=warmup_ms)[0]
 
 
-def time_cublas(n, k, m, replays=30):
+def time_cublas(n, k, m, replays=30, warmup_ms=0.0):
     copies = copies_for(n * k * 2)
     w0 = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     ws = [w0] + [w0.clone() for _ in range(copies - 1)]
     x = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     fns = [lambda w=w: torch.matmul(x, w.T) for w in ws]
-    us = graph_time_us(fns, replays=replays)[0]
+    us = graph_time_us(fns, replays=replays, warmup_ms=warmup_ms)[0]
     del ws, w0
     torch.cuda.empty_cache()
     return us
 
 
-def decode_pass(layout, rt, read_gbs, replays=20):
+def decode_pass(layout, rt, read_gbs, replays=20, warmup_ms=0.0):
     """257 distinct resident matrices at M = 1 in one graph, in layer order."""
     per_shape = {}
     for name, (n, k, calls) in SHAPES.items():
@@ -156,7 +174,7 @@ def decode_pass(layout, rt, read_gbs, replays=20):
     structs = [w.struct() for w in order]
     fns = [lambda w=w, s=s: w.matmul(xs[w.k], out=ys[w.n], workspace=work, w_struct=s)
            for w, s in zip(order, structs)]
-    us_per_call = graph_time_us(fns, replays=replays)[0]
+    us_per_call = graph_time_us(fns, replays=replays, warmup_ms=warmup_ms)[0]
     pass_ms = us_per_call * 257 / 1000
     floor_ms = total / (read_gbs * 1e9) * 1000
     del per_shape, order, fns
@@ -216,11 +234,11 @@ def main(argv=None):
     for name in args.shapes.split(","):
         n, k, _ = SHAPES[name]
         nbytes = pq2_bytes(n, k)
-        cublas = {} if args.no_cublas else {m: time_cublas(n, k, m, args.replays) for m in ms}
+        cublas = {} if args.no_cublas else {m: time_cublas(n, k, m, args.replays, WARMUP_MS) for m in ms}
         for layout, rt in layouts:
             ws = resident(n, k, layout, rt, copies_for(nbytes))
             for m in ms:
-                us = time_pq2(ws, m, replays=args.replays)
+                us = time_pq2(ws, m, replays=args.replays, warmup_ms=WARMUP_MS)
                 cfg = ws[0].config_for(m)
                 gbs = nbytes / (us * 1e-6) / 1e9
                 row = {"shape": name, "n": n, "k": k, "m": m, "layout": layout, "rt": rt, "us": us,
@@ -231,9 +249,10 @@ def main(argv=None):
                       f"{row['pct_read_bw']:5.1f}%  cuBLAS {cublas.get(m, float('nan')):7.1f} us  cfg {cfg}", flush=True)
             del ws
             torch.cuda.empty_cache()
-    passes = [] if args.no_pass else [decode_pass(layout, rt, read_gbs) for layout, rt in layouts]
+    passes = [] if args.no_pass else [decode_pass(layout, rt, read_gbs, warmup_ms=WARMUP_MS) for layout, rt in layouts]
 
-    result = {"env": env, "read_bandwidth_gbs": [read_gbs, read_gbs_2], "rows": rows, "decode_pass_m1": passes}
+    result = {"env": env, "read_bandwidth_gbs": [read_gbs, read_gbs_2], "warmup_ms": WARMUP_MS, "rows": rows,
+              "decode_pass_m1": passes}
     if args.json:
         os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         with open(args.json, "w") as f:
