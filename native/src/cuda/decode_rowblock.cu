@@ -200,13 +200,15 @@ struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
     }
 };
 
-// Per-lane activation addressing: B fragments of token min(nt*8+gid, m-1) and d_x, sums of the
-// tokens of this lane's C columns, min(nt*8+2tq+j, m-1).
+// Per-lane activation addressing: B fragments of token min(nt*8+gid, m-1) and the scales and
+// sums of the tokens of this lane's C columns, min(nt*8+2tq+j, m-1): at m == 1 from the
+// quantiser's arrays, at 2 <= m <= 8 from the token-constant records, at m > 8 from shared memory.
 template <int NT, int NJ>
 struct act_ptrs {
     const int8_t *q[NT];       // + tq*8
-    const float *xs[NT][NJ];   // [g]
+    const float *xs[NT][NJ];   // m == 1: [g]
     const int32_t *sums[NT][NJ];
+    const int4 *rec;           // 2 <= m <= 8: the token-constant records (common.cuh), [g][pair] + the lane's pair
     const uint4 *xb;           // bit slices (m == 1): the token's, + gid*4 + tq
     uint32_t tc;               // m > 8: shared address of the warp's token constants (stage_token_consts), + tq
     int g0;  // group of unit index 0 relative to the pointers (act_setup)
@@ -218,11 +220,8 @@ struct act_ptrs {
             xb += units * (PQ2_BITS_GROUP_WORDS / 4), xs[0][0] += units, sums[0][0] += units;
         } else if constexpr (TOKS <= 8) {
 #pragma unroll
-            for (int nt = 0; nt < NT; ++nt) {
-                q[nt] += units * 128;
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) xs[nt][j] += units, sums[nt][j] += units;
-            }
+            for (int nt = 0; nt < NT; ++nt) q[nt] += units * 128;
+            rec += units * PQ2_TC_PAIRS;
         } else {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) q[nt] += units * 128;
@@ -362,13 +361,10 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
 #pragma unroll
         for (int s = 0; s < 4; ++s)
             if (lc.own[s]) lc.b[s] = __ldg(q);
-        int ns[2];
-        float xs[2];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            ns[j] = __ldg(A.sums[0][j] + (unsigned)g) * lc.c_neg;
-            xs[j] = __ldg(A.xs[0][j] + (unsigned)g);
-        }
+        // tokens 0 and 1: record pair 0 (-sum(q) kept in the plane-0 lanes only)
+        const int4 rc = __ldg(A.rec + (unsigned)g * PQ2_TC_PAIRS);
+        const int ns[2] = {rc.x & lc.c_neg, rc.y & lc.c_neg};
+        const float xs[2] = {__int_as_float(rc.z), __int_as_float(rc.w)};
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
             const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
@@ -399,14 +395,14 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
             } else {
 #pragma unroll
                 for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + ug * 128u + s * 32));
-#pragma unroll
-                for (int j = 0; j < NJ; ++j) {
-                    // The integers below are 64 (m <= 8 at rt 1) or 4 (m <= 8 at rt >= 2) times
-                    // dot(code - 1, q). (Staging these in shared memory as at m > 8 measured
-                    // 1-3% slower at M = 4 and within 2% at M = 8: NOTES v14b.)
-                    xs[nt][j] = __ldg(A.xs[nt][j] + ug) * (RT == 1 ? 1.0f / 64.0f : 1.0f / 4.0f);
-                    ns[nt][j] = -__ldg(A.sums[nt][j] + ug);
-                }
+                // The lane's token pair from its record (one 16-byte load; four loads and their
+                // 64-bit address arithmetic before v15e). The integers below are 64 (m <= 8 at
+                // rt 1) or 4 (m <= 8 at rt >= 2) times dot(code - 1, q). (Staging these in shared
+                // memory as at m > 8 measured 1-3% slower at M = 4 and within 2% at M = 8: NOTES v14b.)
+                const int4 rc = __ldg(A.rec + ug * PQ2_TC_PAIRS);
+                const float f = RT == 1 ? 1.0f / 64.0f : 1.0f / 4.0f;
+                xs[nt][0] = __int_as_float(rc.z) * f, xs[nt][1] = __int_as_float(rc.w) * f;
+                ns[nt][0] = rc.x, ns[nt][1] = rc.y;
             }
         }
 #pragma unroll
@@ -531,15 +527,16 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &
     if constexpr (TOKS == 1)
         A.xb = reinterpret_cast<const uint4 *>(p.xbits + (size_t)g_begin * PQ2_BITS_GROUP_WORDS) + gid * 4 + tq;
     if constexpr (TOKS > 8) A.tc = smem_u32(tc) + tq * 16;
+    if constexpr (TOKS >= 2 && TOKS <= 8) A.rec = p.tc + (size_t)g_begin * PQ2_TC_PAIRS + (CP ? 0 : tq);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
         const int b_tok = CP ? min(gid & 1, p.m - 1) : min(nt * 8 + gid, p.m - 1);
         if constexpr (TOKS != 1)
             A.q[nt] = p.q8 + (size_t)b_tok * p.k + (size_t)g_begin * 128 + (CP ? (gid >> 1) * 32 : 0) + tq * 8;
-        if constexpr (TOKS <= 8) {  // m > 8: scales and sums come from the token constants
+        if constexpr (TOKS == 1) {  // m > 1: scales and sums come from the token constants
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
-                const int tok = TOKS <= 2 ? min(j, p.m - 1) : min(nt * 8 + 2 * tq + j, p.m - 1);
+                const int tok = min(j, p.m - 1);
                 A.xs[nt][j] = p.xs + (size_t)tok * G + g_begin;
                 A.sums[nt][j] = p.sums + (size_t)tok * G + g_begin;
             }
@@ -871,7 +868,8 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 1) PQ2_ROWBLOCK_ALL_TOKS(X, PQ2_LAYOUT_TILES, 1, 2)     \
     PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 1, 4) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1)                 \
     X(PQ2_LAYOUT_TILES, 2, 1, 8, 1) X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 1, 2)      \
-    X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) PQ2_ROWBLOCK_LEAN_16(X, PQ2_LAYOUT_TILES, 2, 2)                       \
+    X(PQ2_LAYOUT_TILES, 2, 1, 8, 2) X(PQ2_LAYOUT_TILES, 2, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 2, 8, 1)      \
+    X(PQ2_LAYOUT_TILES, 2, 2, 16, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 2, 2) X(PQ2_LAYOUT_TILES, 2, 2, 8, 2) \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 4, 1, 1) X(PQ2_LAYOUT_TILES, 4, 1, 8, 1)                                 \
     X(PQ2_LAYOUT_TILES, 4, 1, 2, 2) X(PQ2_LAYOUT_TILES, 4, 1, 8, 2)                                       \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 4, 1) X(PQ2_LAYOUT_TILES, 2, 4, 8, 1)                                 \
@@ -884,18 +882,18 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2)                               \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 // Left out since the column planes (spills, NOTES v10a; still with the bit slices): planes rt 1 U 1 m=1 stages 1, tiles rt 2
-// U 1 m=2 stages 2.
+// U 1 m=2 stages 2; since the token-constant records (v15e) tiles rt 2 U 2 m=2 stages 1.
 // The persistent register kernels (config blocks > 0): tiles, the same combinations less those
 // that spill with the loop (rt 1 U 4 m=1 stages 1; rt 4 U 1 m=1 stages 1; rt 4 U 1 m<=8 stages 2;
 // since the column planes also rt 1 U 2 m=1 stages 2, rt 2 U 1 m=1 stages 2 and rt 2 U 2 m=1
 // stages 1; since the bit slices rt 1 U 2 m=1 stages 1; since the token constants rt 1 U 1 m>8
-// stages 1).
+// stages 1; since the token-constant records rt 1 U 4 m<=8 stages 1).
 #define PQ2_PERSIST_INSTANCES(X)                                                                          \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 1, 1) X(PQ2_LAYOUT_TILES, 1, 1, 8, 1) PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 1, 2) \
     X(PQ2_LAYOUT_TILES, 1, 1, 8, 2) X(PQ2_LAYOUT_TILES, 1, 1, 16, 2) X(PQ2_LAYOUT_TILES, 1, 2, 2, 1)      \
     X(PQ2_LAYOUT_TILES, 1, 2, 8, 1) X(PQ2_LAYOUT_TILES, 1, 2, 16, 1) X(PQ2_LAYOUT_TILES, 1, 2, 2, 2)      \
     X(PQ2_LAYOUT_TILES, 1, 2, 8, 2) X(PQ2_LAYOUT_TILES, 1, 2, 16, 2) X(PQ2_LAYOUT_TILES, 1, 4, 2, 1)      \
-    X(PQ2_LAYOUT_TILES, 1, 4, 8, 1) X(PQ2_LAYOUT_TILES, 1, 4, 16, 1)                                      \
+    X(PQ2_LAYOUT_TILES, 1, 4, 16, 1)                                                                      \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 1, 4, 2) X(PQ2_LAYOUT_TILES, 1, 4, 8, 2)                                 \
     PQ2_T12(X, PQ2_LAYOUT_TILES, 2, 1, 1) X(PQ2_LAYOUT_TILES, 2, 1, 8, 1)                                 \
     X(PQ2_LAYOUT_TILES, 2, 1, 16, 1) X(PQ2_LAYOUT_TILES, 2, 1, 2, 2) X(PQ2_LAYOUT_TILES, 2, 1, 8, 2)      \
