@@ -6,7 +6,8 @@
 #
 # Usage (device tool, carry .whl and the trees): [MS=1,2] [FAMILIES=...] [LAYOUTS=tiles:2] bash tools/ab_tune.sh NAME...
 #   NAME "cur" is this working tree; any other NAME is a tree at exp/NAME, e.g. made with
-#   `git archive <commit> | tar -x -C exp/NAME` (exp/ is listed in .git/info/exclude, so carry it).
+#   `git archive <commit> | tar -x -C exp/NAME` (exp/ is listed in .git/info/exclude, so carry it);
+#   write the commit to exp/NAME/.commit (and ./.commit for "cur") so the results name it.
 # Writes $OUT/tune_NAME.{json,log} (the device tool returns at most 8 files: 3 trees and the
 # caller's own 2 logs fit); the cmake and build logs stay in /tmp/ab_NAME.log, shown on failure.
 set -eo pipefail
@@ -25,7 +26,10 @@ root=$PWD
 for v in "$@"; do
   src=$root/exp/$v; [ "$v" = cur ] && src=$root
   cp "/tmp/ab_$v/_cdef.py" "$src/pyq2/_cdef.py"  # the package's generated declarations
-  (cd "$src/tools" && PYTHONPATH=$src:/tmp/site PYQ2_LIBRARY=/tmp/ab_$v/libpq2.so python3 tune_decode.py \
+  # The commit each result names: $src/.commit if the caller wrote one, else "tree NAME" (a copied
+  # tree has no .git of its own, and git would find an unrelated one above it).
+  commit="tree $v"; [ -f "$src/.commit" ] && commit="$(cat "$src/.commit") (tree $v)"
+  (cd "$src/tools" && PQ2_COMMIT="$commit" PYTHONPATH=$src:/tmp/site PYQ2_LIBRARY=/tmp/ab_$v/libpq2.so python3 tune_decode.py \
     --ms "${MS:-1}" --layouts "${LAYOUTS:-tiles:2}" --families "${FAMILIES:-rowblock,persistent,splits}" --json "$OUT/tune_$v.json" \
     > "$OUT/tune_$v.log" 2>&1) || echo "tune $v failed"
 done
