@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import sys
 
 from decode_shapes import SHAPES, pq2_bytes
@@ -22,6 +23,7 @@ from pyq2.errors import Pq2Error
 from pyq2.gpu import CONFIG_FIELDS, FAMILIES, decode_config
 
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
 FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits")  # what --families can name
 
 
@@ -212,7 +214,9 @@ def main(argv=None):
             layouts = sorted({(e[0], e[4]) for e in entries})
             keep = kept_lines(args.write, layouts, tuned_keys(entries) if args.partial else None)
             with open(args.write, "w") as f:
-                f.write(render_table(entries, env, keep, note=f"; entries re-picked from {args.from_json}"))
+                where = os.path.relpath(os.path.abspath(args.from_json), ROOT)
+                note = f"; {'partial: these entries only, ' if args.partial else 'entries '}re-picked from {where}"
+                f.write(render_table(entries, env, keep, note=note))
         for e in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[1])):
             print(f"{e[0]} n={e[2]} k={e[3]} M<={e[1]}: {dict(zip(CONFIG_FIELDS, e[5]))} {e[6]:.1f} us")
         return 0
