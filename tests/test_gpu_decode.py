@@ -325,6 +325,47 @@ def test_rowblock_model_shapes(name):
     check_rowblock_every_m(MODEL_SHAPES[name], "tiles", 2, ROWBLOCK_BY_TOKS)
 
 
+# coarse rows: rt 4 row blocks on tiles rt 2 files, 3 <= m <= 8: (warps, stages, blocks per SM)
+ROWBLOCK_COARSE = [(8, 1, 0), (4, 2, 0), (4, 1, 2)]
+
+
+@pytest.mark.parametrize("shape", [MODEL_SHAPES["out"], (100, 5248), (80, 640), (48, 640), (17, 384), (1, 128)],
+                         ids=["out", "n100_k5248", "n80_k640", "n48_k640", "n17_k384", "n1_k128"])
+def test_rowblock_coarse_rows(shape):
+    """Config rt 4 on a tiles rt 2 file: row block rb takes tile rows 2 rb and 2 rb + 1 (n 80, 17
+    and 1: an odd number of tile rows, the missing one re-read from the last and never stored).
+    Every M of 3..8 on the rows and persistent grids, against the reference, bit-identical to the
+    rt 2 kernel with the same warps (the same per-row arithmetic and order) and to the q8 entry
+    point; other M are refused with a clear error."""
+    codes, scales, w = weights(shape, "ternary", "tiles", 2)
+    for m in ALL_M:
+        dtype = dtype_for(m)
+        x = activations(m, shape[1], "normal", dtype, m)
+        if not 3 <= m <= 8:
+            with pytest.raises(Pq2Error) as e:
+                w.matmul(x, cfg=decode_config(4, 8, 1, 1, 0, "rowblock"))
+            assert e.value.status_name == "PQ2_ERR_UNSUPPORTED" and "coarse rows" in e.value.message
+            continue
+        q8, xs, sums = quantize_q8(x)
+        ref = q8_reference(codes, scales, q8, xs, sums)
+        for warps, stages, blocks in ROWBLOCK_COARSE:
+            cfg = decode_config(4, warps, 1, stages, blocks, "rowblock")
+            y = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")
+            w.matmul(x, out=y, cfg=cfg)
+            work = w.workspace(m, cfg)
+            work.fill_(0xAB)
+            yq = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")
+            w.matmul_q8(q8, xs, sums, yq, work, cfg)
+            y2 = w.matmul(x, out_dtype=dtype, cfg=decode_config(2, warps, 1, 1, 0, "rowblock"))
+            torch.cuda.synchronize()
+            what = f"m={m} warps={warps} stages={stages} blocks={blocks}"
+            assert not torch.isnan(y).any(), f"unwritten outputs, {what}"
+            err = rel_rms(y, ref)
+            assert err <= Y_TOL[dtype], f"{what}: rel RMS {err:.3g}"
+            assert torch.equal(y, yq), f"{what}: q8 entry point differs"
+            assert torch.equal(y, y2), f"{what}: differs from the rt 2 kernel"
+
+
 @pytest.mark.parametrize("m", [9, 16])
 def test_token_constants_long_rows(m):
     """m > 8 stages each warp's activation scales and sums in shared memory (one 16-byte record
@@ -477,6 +518,15 @@ def test_bad_arguments_return_status():
     assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "warps=17" in e.message
     e = status_of(lambda: pl.matmul(x, cfg=decode_config(2, 4, 2, 3, 0, "rowblock")))  # ring: tiles only
     assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "tiles layout only" in e.message
+    # coarse rows (row-block rt a multiple of the tiles layout's): register kernels only
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(4, 4, 1, 3, 0, "rowblock")))
+    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "ring reads whole tiles" in e.message
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(1, 4, 1, 1, 0, "rowblock")))
+    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "must be a multiple" in e.message
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(3, 4, 1, 1, 0, "rowblock")))
+    assert e.status_name == "PQ2_ERR_INVALID_ARGUMENT" and "rt=3" in e.message
+    e = status_of(lambda: w.matmul(x, cfg=decode_config(4, 4, 1, 1, 0, "rowblock")))  # m = 2: not compiled
+    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "coarse rows" in e.message
     st = _lib.pq2_matmul_cuda(w.struct(), _ffi.NULL, 0, _ffi.NULL, 0, 1, _ffi.NULL, _ffi.NULL, 0,
                               _ffi.NULL)
     assert _ffi.string(_lib.pq2_status_name(st)) == b"PQ2_ERR_NULL_POINTER"

@@ -24,7 +24,7 @@ from pyq2.gpu import CONFIG_FIELDS, FAMILIES, decode_config
 
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checkout
-FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits")  # what --families can name
+FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits", "coarse")  # what --families can name
 
 
 def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES):
@@ -50,6 +50,12 @@ def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES):
         rts = [layout_rt] if layout == "tiles" else [1, 2]
         for rt, w, u, s, sp in itertools.product(rts, (4, 8, 16), (1, 2), (1, 2), (2, 3, 4)):
             yield (rt, w, u, s, 0, 1, sp)
+    if "coarse" in families and layout == "tiles" and layout_rt == 2 and 2 < m <= 8:  # rt 4 row blocks
+        for w, s in itertools.product((4, 8, 16), (1, 2)):  # on rt 2 tiles: two tile rows per
+            yield (4, w, 1, s, 0, 1, 0)  # block, each activation fragment used for 4 sub-tiles
+        for w in (4, 8, 16):
+            for b in sorted({max(1, 32 // w), 64 // w}):
+                yield (4, w, 1, 1, b, 1, 0)
 
 
 # Within this fraction of the fastest, the lighter configuration wins (footprint()).
@@ -202,7 +208,8 @@ def main(argv=None):
     ap.add_argument("--families", default=",".join(FAMILY_CHOICES),
                     help="kernel families to search: stream, rowblock, persistent (row-block kernels "
                          "on a persistent grid: config blocks > 0), splits (row blocks split over "
-                         "several blocks: config splits > 1)")
+                         "several blocks: config splits > 1), coarse (tiles rt 2, 2 < m <= 8: "
+                         "rt 4 row blocks, two tile rows each)")
     ap.add_argument("--from-json", help="no GPU: re-pick the entries of a saved --json tune and --write them")
     ap.add_argument("--partial", action="store_true",
                     help="--write replaces only the (layout, M bucket, shape) entries tuned in this run "

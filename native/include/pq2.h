@@ -186,7 +186,9 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
 #define PQ2_DECODE_STREAM 0
 #define PQ2_DECODE_ROWBLOCK 1
 typedef struct pq2_decode_config {
-    int32_t rt;     /* 16-row sub-tiles per unit: 1, 2 or 4 (TILES: must equal the layout's rt) */
+    int32_t rt;     /* 16-row sub-tiles per unit: 1, 2 or 4 (TILES: equal to the layout's rt;
+                       ROWBLOCK with stages 1-2 and 3 <= m <= 8 also rt 4 on a tiles rt 2 file,
+                       "coarse rows": each block takes two tile rows) */
     int32_t warps;  /* warps per block: 1..8 (STREAM), 1..16 (ROWBLOCK) */
     int32_t unroll; /* units (128-groups) per pipeline stage / register batch: 1, 2 or 4 */
     int32_t stages; /* STREAM: depth of each warp's copy ring, 2..8; ROWBLOCK: 1 (register

@@ -448,14 +448,18 @@ pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin)
 }
 
 pq2_status pq2_decode_check_shape(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                  int32_t layout_rt, int max_warps)
+                                  int32_t layout_rt, int max_warps, bool coarse_rows)
 {
-    if (layout == PQ2_LAYOUT_TILES && cfg.rt != layout_rt)
+    if (cfg.rt != 1 && cfg.rt != 2 && cfg.rt != 4)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config rt=%d is not 1, 2 or 4", fn, (int)cfg.rt);
+    if (layout == PQ2_LAYOUT_TILES && !coarse_rows && cfg.rt != layout_rt)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config rt=%d must equal the tile-major layout's rt=%d", fn,
                              (int)cfg.rt, (int)layout_rt);
-    if (cfg.rt != 1 && cfg.rt != 2 && cfg.rt != 4)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config rt=%d is not 1, 2 or 4", fn, (int)cfg.rt);
+    if (layout == PQ2_LAYOUT_TILES && coarse_rows && (cfg.rt < layout_rt || cfg.rt % layout_rt != 0))
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: config rt=%d must be a multiple of the tile-major layout's rt=%d (row-block "
+                             "family)", fn, (int)cfg.rt, (int)layout_rt);
     if (cfg.warps < 1 || cfg.warps > max_warps)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: config warps=%d is not in 1..%d", fn, (int)cfg.warps,
                              max_warps);

@@ -15,6 +15,7 @@ struct pq2_decode_problem {
     uint32_t *counters;      // arrival counters, one per row block, zero on entry
     int64_t n, k;
     int32_t m, layout, y_dtype;
+    int32_t layout_rt;       // TILES: the layout's rt (row-block family: a multiple of the config's rt); PLANES: 0
     int32_t splits;          // row-block family: blocks per row block (1 = no split)
     int32_t tc_cap;          // row-block family, m > 8: token-constant units per warp in shared memory
     const int4 *tc;          // [k/128][4] token-constant records (pq2_decode_needs_tc); last, so that the
@@ -70,10 +71,11 @@ __device__ __forceinline__ void pq2_store_partial_sums(const pq2_decode_problem 
 // One-time per device: lets every decode kernel use up to max_smem_optin bytes of shared memory.
 pq2_status pq2_decode_init_device(const char *fn, int max_smem_optin);
 
-// The checks both families make: rt (equal to a tile-major layout's; 1, 2 or 4), warps in
-// 1..max_warps, unroll 1, 2 or 4. PQ2_OK or an error naming the value.
+// The checks both families make: rt 1, 2 or 4 (for a tile-major layout equal to the layout's,
+// or with coarse_rows a multiple of it: row blocks of several tile rows), warps in 1..max_warps,
+// unroll 1, 2 or 4. PQ2_OK or an error naming the value.
 pq2_status pq2_decode_check_shape(const char *fn, const pq2_decode_config &cfg, int32_t layout,
-                                  int32_t layout_rt, int max_warps);
+                                  int32_t layout_rt, int max_warps, bool coarse_rows = false);
 // PQ2_ERR_UNSUPPORTED naming cfg when a launch needs more than max_smem bytes of shared memory.
 pq2_status pq2_decode_check_smem(const char *fn, const pq2_decode_config &cfg, size_t smem, int max_smem);
 

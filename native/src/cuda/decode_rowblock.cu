@@ -37,6 +37,8 @@
 // its groups, the last to arrive adding the partial sums in split order (deterministic).
 #include "decode.cuh"
 
+#include <type_traits>
+
 namespace {
 
 constexpr int kMaxBlocksPerSm = 32;  // a multiprocessor holds at most 32 blocks
@@ -166,6 +168,44 @@ struct weight_src<PQ2_LAYOUT_TILES, RT, U> {
     }
     // Running pointers: unit 0 becomes unit `units`.
     __device__ __forceinline__ void advance(int units) { codes += units * (RT * 512), scales += units * (RT * 8); }
+};
+
+// Coarse rows (config rt above a tiles file's: NOTES v15g): row block rb of RT sub-tiles takes
+// tile rows rb*H .. rb*H + H - 1 (H = RT / LR) of an LR tile-major file, sub-tile r from tile row
+// r / LR: each activation fragment then serves RT sub-tiles instead of LR. Tile rows past the
+// file's last re-read the last one (their rows are past n and never stored).
+template <int RT, int U, int LR>
+struct coarse_src {
+    static_assert(RT % LR == 0 && RT > LR, "a coarse row block takes whole tile rows");
+    static constexpr int H = RT / LR;
+    const uint8_t *codes[H];    // + lane*16
+    const uint32_t *scales[H];  // + gid
+    __device__ coarse_src(const pq2_decode_problem &p, int rb, int g_begin, int lane)
+    {
+        const int64_t G = p.k >> 7, tile_rows = pq2_decode_row_blocks(p.n, LR);
+#pragma unroll
+        for (int h = 0; h < H; ++h) {
+            const size_t unit = (size_t)min((int64_t)rb * H + h, tile_rows - 1) * (size_t)G + g_begin;
+            codes[h] = p.codes + unit * (LR * 512) + lane * 16;
+            scales[h] = reinterpret_cast<const uint32_t *>(p.wscales) + unit * (LR * 8) + (lane >> 2);
+        }
+    }
+    __device__ __forceinline__ void load(batch<RT, U> &b, int i, int n) const
+    {
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+#pragma unroll
+            for (int r = 0; r < RT; ++r)
+                if (u < n) {
+                    b.codes[u][r] = ld_stream16(codes[r / LR] + (size_t)(i + u) * (LR * 512) + (r % LR) * 512);
+                    b.scales[u][r] = ld_stream4(scales[r / LR] + (i + u) * (LR * 8) + (r % LR) * 8);
+                }
+    }
+    __device__ __forceinline__ void advance(int units)
+    {
+#pragma unroll
+        for (int h = 0; h < H; ++h) codes[h] += units * (LR * 512), scales[h] += units * (LR * 8);
+    }
 };
 
 template <int RT, int U>
@@ -661,7 +701,7 @@ enum rowblock_grid_kind { kGridRows = 0, kGridPersist = 1, kGridSplit = 2 };
 // kGridPersist: row blocks blockIdx.x, + gridDim.x, ... (a grid smaller than the row blocks);
 // the first batch of the next row block is loaded before this one's reduction, so the warp's
 // loads do not pause there.
-template <int LAYOUT, int RT, int U, int TOKS, int STAGES, int GRID>
+template <int LAYOUT, int RT, int U, int TOKS, int STAGES, int GRID, int LR>
 __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem p)
 {
     extern __shared__ __align__(16) float red[];  // [warp][r][nt][j][lane]
@@ -679,7 +719,10 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
     }
     const warp_split ws = split_of(gs, warp, warps);
     const int g_begin = g0 + ws.g_begin, len = ws.len;
-    weight_src<LAYOUT, RT, U> src(p, rb, g_begin, lane);
+    // LR: a tiles file's rt; below RT, coarse rows (coarse_src)
+    using src_t = std::conditional_t<(LAYOUT == PQ2_LAYOUT_TILES && LR < RT), coarse_src<RT, U, LR>,
+                                     weight_src<LAYOUT, RT, U>>;
+    src_t src(p, rb, g_begin, lane);
 
     // The first batch (stages 1) or two (stages 2) are in flight before the wait.
     batch<RT, U> b0, b1;
@@ -755,7 +798,7 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_decode_problem 
             const int next = rb + (int)gridDim.x;
             const bool more = next < (int)pq2_decode_row_blocks(p.n, RT);
             if (more) {
-                src = weight_src<LAYOUT, RT, U>(p, next, g_begin, lane);
+                src = src_t(p, next, g_begin, lane);
                 if (len > 0) src.load(b0, 0, min(len, U));
                 if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));
             }
@@ -925,6 +968,10 @@ __global__ void __launch_bounds__(512, 1) rowblock_ring_kernel(const pq2_decode_
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 1) PQ2_T12(X, PQ2_LAYOUT_PLANES, 2, 2, 2)                               \
     X(PQ2_LAYOUT_PLANES, 2, 2, 8, 2)
 
+// Coarse rows (config rt 4 on tiles rt 2 files, NOTES v15g): the m <= 8 register kernels
+// (entries: grid kind, RT, U, TOKS, STAGES).
+#define PQ2_COARSE_INSTANCES(X) X(kGridRows, 4, 1, 8, 1) X(kGridRows, 4, 1, 8, 2) X(kGridPersist, 4, 1, 8, 1)
+
 using rowblock_fn = void (*)(const pq2_decode_problem);
 
 // The TOKS of an instance for m (the stream family's classes plus 2: m == 2 has column planes).
@@ -933,11 +980,16 @@ using ring_fn = void (*)(const pq2_decode_problem, int);
 
 int grid_kind(const pq2_decode_config &cfg) { return cfg.splits > 1 ? kGridSplit : cfg.blocks > 0 ? kGridPersist : kGridRows; }
 
-rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m, int32_t stages, int grid)
+// layout_rt: TILES, the layout's rt (a multiple of rt); PLANES, unused.
+rowblock_fn find_rowblock(int32_t layout, int32_t layout_rt, int32_t rt, int32_t unroll, int64_t m, int32_t stages,
+                          int grid)
 {
     const int toks = rowblock_tokens_class(m);
-#define PQ2_MATCH_GRID(GK, L, R, U, T, S) \
-    if (grid == GK && layout == (L) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) return rowblock_kernel<L, R, U, T, S, GK>;
+    const int lr = layout == PQ2_LAYOUT_TILES ? layout_rt : rt;
+#define PQ2_MATCH_LR(GK, L, R, U, T, S, LR)                                                                       \
+    if (grid == GK && layout == (L) && lr == (LR) && rt == (R) && unroll == (U) && toks == (T) && stages == (S)) \
+        return rowblock_kernel<L, R, U, T, S, GK, LR>;
+#define PQ2_MATCH_GRID(GK, L, R, U, T, S) PQ2_MATCH_LR(GK, L, R, U, T, S, R)
 #define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridRows, L, R, U, T, S)
     PQ2_ROWBLOCK_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
@@ -947,7 +999,11 @@ rowblock_fn find_rowblock(int32_t layout, int32_t rt, int32_t unroll, int64_t m,
 #define PQ2_MATCH(L, R, U, T, S) PQ2_MATCH_GRID(kGridSplit, L, R, U, T, S)
     PQ2_SPLIT_INSTANCES(PQ2_MATCH)
 #undef PQ2_MATCH
+#define PQ2_MATCH(GK, R, U, T, S) PQ2_MATCH_LR(GK, PQ2_LAYOUT_TILES, R, U, T, S, 2)
+    PQ2_COARSE_INSTANCES(PQ2_MATCH)
+#undef PQ2_MATCH
 #undef PQ2_MATCH_GRID
+#undef PQ2_MATCH_LR
     return nullptr;
 }
 
@@ -961,10 +1017,10 @@ ring_fn find_ring(int32_t rt, int32_t unroll, int64_t m)
     return nullptr;
 }
 
-bool has_instance(const pq2_decode_config &cfg, int32_t layout, int64_t m)
+bool has_instance(const pq2_decode_config &cfg, int32_t layout, int32_t layout_rt, int64_t m)
 {
     return cfg.stages >= 3 ? find_ring(cfg.rt, cfg.unroll, m) != nullptr
-                           : find_rowblock(layout, cfg.rt, cfg.unroll, m, cfg.stages, grid_kind(cfg)) != nullptr;
+                           : find_rowblock(layout, layout_rt, cfg.rt, cfg.unroll, m, cfg.stages, grid_kind(cfg)) != nullptr;
 }
 
 }  // namespace
@@ -996,7 +1052,12 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: config stages=%d: the row block family's bulk-copy ring reads the tiles layout "
                              "only (planes: stages 1 or 2)", fn, (int)cfg.stages);
-    PQ2_CHECK(pq2_decode_check_shape(fn, cfg, layout, layout_rt, 16));
+    PQ2_CHECK(pq2_decode_check_shape(fn, cfg, layout, layout_rt, 16, /*coarse_rows=*/true));
+    if (layout == PQ2_LAYOUT_TILES && cfg.rt != layout_rt && cfg.stages >= 3)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                             "%s: config rt=%d stages=%d: the bulk-copy ring reads whole tiles (rt = the layout's "
+                             "%d); coarse row blocks run on the register kernels (stages 1 or 2)", fn, (int)cfg.rt,
+                             (int)cfg.stages, (int)layout_rt);
     if (cfg.stages < 1 || cfg.stages > 8)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: config stages=%d is not in 1..8 (row block family: 1-2 register batches, "
@@ -1025,10 +1086,11 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_decode_config &cf
                              "has %d.%d (use stages 1 or 2)", fn, (int)cfg.stages, cc / 10, cc % 10);
     // (max_smem less the split kernels' static arrival flag)
     PQ2_CHECK(pq2_decode_check_smem(fn, cfg, pq2_rowblock_smem(cfg, m, k), max_smem - kStaticSmem));
-    if (!has_instance(cfg, layout, m))
+    if (!has_instance(cfg, layout, layout_rt, m))
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
-                             "%s: no compiled row-block kernel for layout %s rt=%d unroll=%d stages=%d%s m=%lld", fn,
-                             pq2_layout_name(layout), (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages,
+                             "%s: no compiled row-block kernel for layout %s%s rt=%d unroll=%d stages=%d%s m=%lld", fn,
+                             pq2_layout_name(layout), layout == PQ2_LAYOUT_TILES && layout_rt != cfg.rt ? " (coarse rows)" : "",
+                             (int)cfg.rt, (int)cfg.unroll, (int)cfg.stages,
                              cfg.splits > 1 ? " (split row blocks)" : cfg.blocks > 0 ? " (persistent grid)" : "",
                              (long long)m);
     return PQ2_OK;
@@ -1046,8 +1108,9 @@ cudaError_t allow_dynamic_smem(F f, int max_smem_optin)
 
 pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 {
-#define PQ2_ATTR_GRID(GK, L, R, U, T, S) \
-    PQ2_CUDA_TRY(fn, allow_dynamic_smem(rowblock_kernel<L, R, U, T, S, GK>, max_smem_optin));
+#define PQ2_ATTR_LR(GK, L, R, U, T, S, LR) \
+    PQ2_CUDA_TRY(fn, allow_dynamic_smem(rowblock_kernel<L, R, U, T, S, GK, LR>, max_smem_optin));
+#define PQ2_ATTR_GRID(GK, L, R, U, T, S) PQ2_ATTR_LR(GK, L, R, U, T, S, R)
 #define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridRows, L, R, U, T, S)
     PQ2_ROWBLOCK_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
@@ -1057,7 +1120,11 @@ pq2_status pq2_rowblock_init_device(const char *fn, int max_smem_optin)
 #define PQ2_ATTR(L, R, U, T, S) PQ2_ATTR_GRID(kGridSplit, L, R, U, T, S)
     PQ2_SPLIT_INSTANCES(PQ2_ATTR)
 #undef PQ2_ATTR
+#define PQ2_ATTR(GK, R, U, T, S) PQ2_ATTR_LR(GK, PQ2_LAYOUT_TILES, R, U, T, S, 2)
+    PQ2_COARSE_INSTANCES(PQ2_ATTR)
+#undef PQ2_ATTR
 #undef PQ2_ATTR_GRID
+#undef PQ2_ATTR_LR
 #define PQ2_ATTR(R, U, T)                                                                                       \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributeMaxDynamicSharedMemorySize, max_smem_optin)); \
     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(rowblock_ring_kernel<R, U, T>, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
@@ -1087,6 +1154,6 @@ pq2_status pq2_rowblock_launch(const char *fn, const pq2_decode_problem &p, cons
     if (cfg.stages >= 3)
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_ring(cfg.rt, cfg.unroll, p.m), q, (int)cfg.stages));
     else
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, cfg.rt, cfg.unroll, p.m, cfg.stages, grid_kind(cfg)), q));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_rowblock(p.layout, p.layout_rt, cfg.rt, cfg.unroll, p.m, cfg.stages, grid_kind(cfg)), q));
     return pq2_launch_status(fn);
 }

@@ -186,6 +186,7 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
+    p.layout_rt = v.layout == PQ2_LAYOUT_TILES ? v.rt : 0;
     p.splits = cfg.family == PQ2_DECODE_ROWBLOCK && cfg.splits > 1 ? cfg.splits : 1;
     p.tc_cap = 0;  // pq2_rowblock_launch sets it
     if (cfg.family == PQ2_DECODE_ROWBLOCK) return pq2_rowblock_launch(fn, p, cfg, blocks, after_kernel, stream);
