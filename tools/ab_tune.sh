@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A/B of kernel variants in ONE device call: builds libpq2 from each source tree, tunes each with
-# tools/tune_decode.py (tiles rt 2; families rowblock, persistent, splits) and prints the best
+# tools/tune_decode.py (tiles rt 2; families rowblock, persistent, splits, coarse) and prints the best
 # tuned time per shape and M side by side. Same machine, same minutes: variants compare without
 # the run-to-run drift of separate calls.
 #
@@ -30,7 +30,7 @@ for v in "$@"; do
   # tree has no .git of its own, and git would find an unrelated one above it).
   commit="tree $v"; [ -f "$src/.commit" ] && commit="$(cat "$src/.commit") (tree $v)"
   (cd "$src/tools" && PQ2_COMMIT="$commit" PYTHONPATH=$src:/tmp/site PYQ2_LIBRARY=/tmp/ab_$v/libpq2.so python3 tune_decode.py \
-    --ms "${MS:-1}" --layouts "${LAYOUTS:-tiles:2}" --families "${FAMILIES:-rowblock,persistent,splits}" --json "$OUT/tune_$v.json" \
+    --ms "${MS:-1}" --layouts "${LAYOUTS:-tiles:2}" --families "${FAMILIES:-rowblock,persistent,splits,coarse}" --json "$OUT/tune_$v.json" \
     > "$OUT/tune_$v.log" 2>&1) || echo "tune $v failed"
 done
 python3 - "$@" <<'PY'
