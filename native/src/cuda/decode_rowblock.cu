@@ -128,19 +128,26 @@ struct batch {
     uint32_t scales[U][RT];
 };
 
-// Loads units [0, n) of a batch starting at unit pointer `codes` (already + lane*16) and scale
-// word pointer `scales` (already + gid). Units are RT*512 code bytes and RT*8 scale words apart.
-template <int RT, int U>
-__device__ __forceinline__ void load_batch(batch<RT, U> &b, const uint8_t *codes, const uint32_t *scales, int n)
+// Calls load(u, r) for sub-tile r of units u in [0, n) of a batch of U (every weight source's loop).
+template <int RT, int U, class F>
+__device__ __forceinline__ void for_each_load(int n, F load)
 {
 #pragma unroll
     for (int u = 0; u < U; ++u)
 #pragma unroll
         for (int r = 0; r < RT; ++r)
-            if (u < n) {
-                b.codes[u][r] = ld_stream16(codes + (u * RT + r) * 512);
-                b.scales[u][r] = ld_stream4(scales + (u * RT + r) * 8);
-            }
+            if (u < n) load(u, r);
+}
+
+// Loads units [0, n) of a batch starting at unit pointer `codes` (already + lane*16) and scale
+// word pointer `scales` (already + gid). Units are RT*512 code bytes and RT*8 scale words apart.
+template <int RT, int U>
+__device__ __forceinline__ void load_batch(batch<RT, U> &b, const uint8_t *codes, const uint32_t *scales, int n)
+{
+    for_each_load<RT, U>(n, [&](int u, int r) {
+        b.codes[u][r] = ld_stream16(codes + (u * RT + r) * 512);
+        b.scales[u][r] = ld_stream4(scales + (u * RT + r) * 8);
+    });
 }
 
 // Where a lane's weight bytes come from. TILES: the units are one contiguous stream (unit u at
@@ -192,14 +199,10 @@ struct coarse_src {
     }
     __device__ __forceinline__ void load(batch<RT, U> &b, int i, int n) const
     {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int r = 0; r < RT; ++r)
-                if (u < n) {
-                    b.codes[u][r] = ld_stream16(codes[r / LR] + (size_t)(i + u) * (LR * 512) + (r % LR) * 512);
-                    b.scales[u][r] = ld_stream4(scales[r / LR] + (i + u) * (LR * 8) + (r % LR) * 8);
-                }
+        for_each_load<RT, U>(n, [&](int u, int r) {
+            b.codes[u][r] = ld_stream16(codes[r / LR] + (size_t)(i + u) * (LR * 512) + (r % LR) * 512);
+            b.scales[u][r] = ld_stream4(scales[r / LR] + (i + u) * (LR * 8) + (r % LR) * 8);
+        });
     }
     __device__ __forceinline__ void advance(int units)
     {
@@ -226,17 +229,13 @@ struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
     }
     __device__ __forceinline__ void load(batch<RT, U> &b, int i, int n) const
     {
-#pragma unroll
-        for (int u = 0; u < U; ++u)
-#pragma unroll
-            for (int r = 0; r < RT; ++r)
-                if (u < n) {
-                    const uint2 lo = ld_stream8(codes[r][0] + (unsigned)(i + u) * 32u);
-                    const uint2 hi = ld_stream8(codes[r][1] + (unsigned)(i + u) * 32u);
-                    b.codes[u][r] = make_uint4(lo.x, hi.x, lo.y, hi.y);  // fragment order
-                    // Scales are 2 bytes per row and group: L1-cached, the next groups' share the sector.
-                    b.scales[u][r] = (uint32_t)__ldg(scales[r][0] + (unsigned)(i + u)) | ((uint32_t)__ldg(scales[r][1] + (unsigned)(i + u)) << 16);
-                }
+        for_each_load<RT, U>(n, [&](int u, int r) {
+            const uint2 lo = ld_stream8(codes[r][0] + (unsigned)(i + u) * 32u);
+            const uint2 hi = ld_stream8(codes[r][1] + (unsigned)(i + u) * 32u);
+            b.codes[u][r] = make_uint4(lo.x, hi.x, lo.y, hi.y);  // fragment order
+            // Scales are 2 bytes per row and group: L1-cached, the next groups' share the sector.
+            b.scales[u][r] = (uint32_t)__ldg(scales[r][0] + (unsigned)(i + u)) | ((uint32_t)__ldg(scales[r][1] + (unsigned)(i + u)) << 16);
+        });
     }
 };
 
@@ -573,7 +572,7 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &
         const int b_tok = CP ? min(gid & 1, p.m - 1) : min(nt * 8 + gid, p.m - 1);
         if constexpr (TOKS != 1)
             A.q[nt] = p.q8 + (size_t)b_tok * p.k + (size_t)g_begin * 128 + (CP ? (gid >> 1) * 32 : 0) + tq * 8;
-        if constexpr (TOKS == 1) {  // m > 1: scales and sums come from the token constants
+        if constexpr (TOKS == 1) {  // m == 1 (m > 1 reads the token-constant records or shared memory)
 #pragma unroll
             for (int j = 0; j < NJ; ++j) {
                 const int tok = min(j, p.m - 1);
