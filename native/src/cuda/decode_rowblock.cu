@@ -245,8 +245,8 @@ struct weight_src<PQ2_LAYOUT_PLANES, RT, U> {
 template <int NT, int NJ>
 struct act_ptrs {
     const int8_t *q[NT];       // + tq*8
-    const float *xs[NT][NJ];   // m == 1: [g]
-    const int32_t *sums[NT][NJ];
+    const float *xs;           // m == 1: the token's scales and sums, [g]
+    const int32_t *sums;
     const int4 *rec;           // 2 <= m <= 8: the token-constant records (common.cuh), [g][pair] + the lane's pair
     const uint4 *xb;           // bit slices (m == 1): the token's, + gid*4 + tq
     uint32_t tc;               // m > 8: shared address of the warp's token constants (stage_token_consts), + tq
@@ -256,7 +256,7 @@ struct act_ptrs {
     __device__ __forceinline__ void advance(int units)
     {
         if constexpr (TOKS == 1) {
-            xb += units * (PQ2_BITS_GROUP_WORDS / 4), xs[0][0] += units, sums[0][0] += units;
+            xb += units * (PQ2_BITS_GROUP_WORDS / 4), xs += units, sums += units;
         } else if constexpr (TOKS <= 8) {
 #pragma unroll
             for (int nt = 0; nt < NT; ++nt) q[nt] += units * 128;
@@ -376,8 +376,8 @@ __device__ __forceinline__ void unit_mma(const uint4 (&w)[RT], const uint32_t (&
         // (m == 2 the same way needs two B operands and 60 registers instead of 56, which cost
         // gate_up a second wave of blocks; NOTES v11b.)
         const uint4 bx = __ldg(A.xb + (unsigned)g * (PQ2_BITS_GROUP_WORDS / 4));
-        const int ns = __ldg(A.sums[0][0] + (unsigned)g) * lc.c_neg;
-        const float xs = __ldg(A.xs[0][0] + (unsigned)g);
+        const int ns = __ldg(A.sums + (unsigned)g) * lc.c_neg;
+        const float xs = __ldg(A.xs + (unsigned)g);
 #pragma unroll
         for (int r = 0; r < RT; ++r) {
             const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&sc[r]));
@@ -573,12 +573,10 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &
         if constexpr (TOKS != 1)
             A.q[nt] = p.q8 + (size_t)b_tok * p.k + (size_t)g_begin * 128 + (CP ? (gid >> 1) * 32 : 0) + tq * 8;
         if constexpr (TOKS == 1) {  // m == 1 (m > 1 reads the token-constant records or shared memory)
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-                const int tok = min(j, p.m - 1);
-                A.xs[nt][j] = p.xs + (size_t)tok * G + g_begin;
-                A.sums[nt][j] = p.sums + (size_t)tok * G + g_begin;
-            }
+            // (token min(0, m - 1), written as before: the m = 1 instances' SASS depends on it, v15e)
+            const int tok = min(0, p.m - 1);
+            A.xs = p.xs + (size_t)tok * G + g_begin;
+            A.sums = p.sums + (size_t)tok * G + g_begin;
         }
     }
     return A;
