@@ -321,23 +321,20 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     // clears them in its quantiser).
     const int32_t n_counters = (int32_t)pq2_decode_counters(c.cfg, c.v.n);
     uint32_t *counters = reinterpret_cast<uint32_t *>(c.ws + c.plan.counters);
+    // What the kernel reads beyond the caller's arrays is made here, in the workspace, by a kernel
+    // that also clears the counters: the bit-sliced q8 (m == 1) or the token-constant records
+    // (2 <= m <= 8). Both are programmatic dependent launches where the device has them, as in
+    // pq2_matmul_cuda: the matmul streams its first weights meanwhile (NOTES v14c).
+    bool after_kernel = false;
     if (c.bits) {
-        // The m == 1 row-block kernels read the bit-sliced copy of q8: made here, in the
-        // workspace, by a kernel that also clears the counters. Both are programmatic dependent
-        // launches where the device has them, as in pq2_matmul_cuda: the matmul streams its first
-        // weights while the bit slices are made (NOTES v14c).
         PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, c.bits, counters, n_counters, pq2_pdl_ok(), s));
-        PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, pq2_pdl_ok(), s));
-        return pq2_ok();
-    }
-    if (c.tc) {
-        // 2 <= m <= 8: the row-block kernels read the token-constant records of the caller's
-        // scales and sums, made here by a kernel that also clears the counters (as above).
+        after_kernel = pq2_pdl_ok();
+    } else if (c.tc) {
         PQ2_CHECK(pq2_token_records_launch(fn, scales, sums, m, c.v.k, c.tc, counters, n_counters, pq2_pdl_ok(), s));
-        PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, pq2_pdl_ok(), s));
-        return pq2_ok();
+        after_kernel = pq2_pdl_ok();
+    } else if (n_counters > 0) {
+        PQ2_CUDA_TRY(fn, cudaMemsetAsync(counters, 0, (size_t)n_counters * sizeof(uint32_t), s));
     }
-    if (n_counters > 0) PQ2_CUDA_TRY(fn, cudaMemsetAsync(counters, 0, (size_t)n_counters * sizeof(uint32_t), s));
-    PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, false, s));
+    PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, after_kernel, s));
     return pq2_ok();
 }
