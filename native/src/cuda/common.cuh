@@ -142,7 +142,7 @@ __device__ __forceinline__ void pq2_bmma_and_popc(int (&d)[4], const uint32_t (&
 #define PQ2_BITS_GROUP_WORDS 128
 
 // Token-constant records (the row-block kernels at 2 <= m <= 8; decode.cuh,
-// pq2_decode_needs_tc): per 128-group, PQ2_TC_PAIRS records of 16 bytes, record pair holding
+// pq2_decode_needs_records): per 128-group, PQ2_TC_PAIRS records of 16 bytes, record pair holding
 // {-sum[t0], -sum[t1], xs[t0], xs[t1]} (the floats as their bits) of tokens t0 = min(2 pair, m-1),
 // t1 = min(2 pair + 1, m-1).
 #define PQ2_TC_PAIRS 4

@@ -18,8 +18,8 @@ struct pq2_decode_problem {
     int32_t layout_rt;       // TILES: the layout's rt (row-block family: a multiple of the config's rt); PLANES: 0
     int32_t splits;          // row-block family: blocks per row block (1 = no split)
     int32_t tc_cap;          // row-block family, m > 8: token-constant units per warp in shared memory
-    const int4 *tc;          // [k/128][4] token-constant records (pq2_decode_needs_tc); last, so that the
-                             // fields before keep their parameter offsets
+    const int4 *records;     // [k/128][4] token-constant records (pq2_decode_needs_records); last, so that
+                             // the fields before keep their parameter offsets
 };
 
 // The token class of m, which picks a kernel instance: 1 (m == 1), 8 (m <= 8) or 16.
@@ -35,7 +35,7 @@ static inline bool pq2_decode_needs_bits(const pq2_decode_config &cfg, int64_t m
 // True when the call's kernel reads the token-constant records (common.cuh): the row-block
 // family at 2 <= m <= 8. Lane tq of a warp needs record pair tq (m == 2: pair 0) of each unit's
 // group: one 16-byte load instead of four loads and their address arithmetic (NOTES v15e).
-static inline bool pq2_decode_needs_tc(const pq2_decode_config &cfg, int64_t m)
+static inline bool pq2_decode_needs_records(const pq2_decode_config &cfg, int64_t m)
 {
     return cfg.family == PQ2_DECODE_ROWBLOCK && m >= 2 && m <= 8;
 }

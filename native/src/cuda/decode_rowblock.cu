@@ -566,7 +566,7 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_decode_problem &
     if constexpr (TOKS == 1)
         A.xb = reinterpret_cast<const uint4 *>(p.xbits + (size_t)g_begin * PQ2_BITS_GROUP_WORDS) + gid * 4 + tq;
     if constexpr (TOKS > 8) A.tc = smem_u32(tc) + tq * 16;
-    if constexpr (TOKS >= 2 && TOKS <= 8) A.rec = p.tc + (size_t)g_begin * PQ2_TC_PAIRS + (CP ? 0 : tq);
+    if constexpr (TOKS >= 2 && TOKS <= 8) A.rec = p.records + (size_t)g_begin * PQ2_TC_PAIRS + (CP ? 0 : tq);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
         const int b_tok = CP ? min(gid & 1, p.m - 1) : min(nt * 8 + gid, p.m - 1);

@@ -107,7 +107,7 @@ pq2_decode_config choose_config(const pq2_view &v, int64_t m)
 
 // Workspace carving, every region 256-byte aligned.
 struct workspace_plan {
-    size_t q8, xs, sums, bits, tc, counters, partial, total;
+    size_t q8, xs, sums, bits, records, counters, partial, total;
 };
 
 size_t align256(size_t x) { return (x + 255) & ~(size_t)255; }
@@ -121,8 +121,8 @@ workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_decode_con
     w.sums = off, off = align256(off + (size_t)m * v.groups * sizeof(int32_t));
     const size_t bits = pq2_decode_needs_bits(cfg, m) ? (size_t)m * v.groups * PQ2_BITS_GROUP_WORDS : 0;
     w.bits = off, off = align256(off + bits * sizeof(uint32_t));
-    const size_t tc = pq2_decode_needs_tc(cfg, m) ? (size_t)v.groups * PQ2_TC_PAIRS * sizeof(int4) : 0;
-    w.tc = off, off = align256(off + tc);
+    const size_t records = pq2_decode_needs_records(cfg, m) ? (size_t)v.groups * PQ2_TC_PAIRS * sizeof(int4) : 0;
+    w.records = off, off = align256(off + records);
     const size_t counters = pq2_decode_counters(cfg, v.n);
     w.counters = off, off = align256(off + counters * sizeof(uint32_t));
     const size_t partial = cfg.family == PQ2_DECODE_STREAM ? (size_t)2 * blocks * cfg.warps * m * 16 * cfg.rt
@@ -182,7 +182,7 @@ pq2_status run_decode(const char *fn, const pq2_view &v, const pq2_decode_config
     p.wscales = reinterpret_cast<const uint16_t *>(v.data + v.scale_offset);
     p.q8 = q8, p.xs = xs, p.sums = sums, p.y = y;
     p.xbits = reinterpret_cast<const uint32_t *>(ws + plan.bits);
-    p.tc = reinterpret_cast<const int4 *>(ws + plan.tc);
+    p.records = reinterpret_cast<const int4 *>(ws + plan.records);
     p.partial = reinterpret_cast<float *>(ws + plan.partial);
     p.counters = reinterpret_cast<uint32_t *>(ws + plan.counters);
     p.n = v.n, p.k = v.k, p.m = (int32_t)m, p.layout = v.layout, p.y_dtype = y_dtype;
@@ -255,7 +255,7 @@ struct matmul_call {
     workspace_plan plan;
     uint8_t *ws;
     uint32_t *bits;  // the bit-sliced q8 in the workspace when the kernel reads it (m == 1), else NULL
-    int4 *tc;        // the token-constant records when the kernel reads them (2 <= m <= 8), else NULL
+    int4 *records;   // the token-constant records when the kernel reads them (2 <= m <= 8), else NULL
 };
 
 static pq2_status begin_matmul(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dtype,
@@ -267,7 +267,7 @@ static pq2_status begin_matmul(const char *fn, const pq2_weights *w, int64_t m, 
     PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, c->plan.total));
     c->ws = static_cast<uint8_t *>(workspace);
     c->bits = pq2_decode_needs_bits(c->cfg, m) ? reinterpret_cast<uint32_t *>(c->ws + c->plan.bits) : nullptr;
-    c->tc = pq2_decode_needs_tc(c->cfg, m) ? reinterpret_cast<int4 *>(c->ws + c->plan.tc) : nullptr;
+    c->records = pq2_decode_needs_records(c->cfg, m) ? reinterpret_cast<int4 *>(c->ws + c->plan.records) : nullptr;
     return PQ2_OK;
 }
 
@@ -292,7 +292,7 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     int8_t *q8 = reinterpret_cast<int8_t *>(c.ws + c.plan.q8);
     float *xs = reinterpret_cast<float *>(c.ws + c.plan.xs);
     int32_t *sums = reinterpret_cast<int32_t *>(c.ws + c.plan.sums);
-    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, c.bits, c.tc,
+    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, c.bits, c.records,
                                   reinterpret_cast<uint32_t *>(c.ws + c.plan.counters), n_counters,
                                   pq2_pdl_ok(), s));
     PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, xs, sums, y, y_dtype, c.ws, c.plan, pq2_pdl_ok(), s));
@@ -329,8 +329,8 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     if (c.bits) {
         PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, c.bits, counters, n_counters, pq2_pdl_ok(), s));
         after_kernel = pq2_pdl_ok();
-    } else if (c.tc) {
-        PQ2_CHECK(pq2_token_records_launch(fn, scales, sums, m, c.v.k, c.tc, counters, n_counters, pq2_pdl_ok(), s));
+    } else if (c.records) {
+        PQ2_CHECK(pq2_token_records_launch(fn, scales, sums, m, c.v.k, c.records, counters, n_counters, pq2_pdl_ok(), s));
         after_kernel = pq2_pdl_ok();
     } else if (n_counters > 0) {
         PQ2_CUDA_TRY(fn, cudaMemsetAsync(counters, 0, (size_t)n_counters * sizeof(uint32_t), s));

@@ -80,7 +80,7 @@ template <int DTYPE>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__restrict__ q8,
                    float *__restrict__ scales, int32_t *__restrict__ sums,
-                   uint32_t *__restrict__ bits, int4 *__restrict__ tc, uint32_t *__restrict__ zero, int32_t n_zero)
+                   uint32_t *__restrict__ bits, int4 *__restrict__ records, uint32_t *__restrict__ zero, int32_t n_zero)
 {
     start_before_matmul(zero, n_zero);  // x is read only after this
 
@@ -123,12 +123,12 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
         scales[row * groups + g] = scale;
         sums[row * groups + g] = sum;
     }
-    if (tc) {
+    if (records) {
         // The token-constant records (common.cuh, m <= 8): token `row` fills slot row, and the
         // last token also the slots past m - 1 (min(t, m - 1) == row). Lane s writes slot s.
         const int last = row == m - 1 ? PQ2_TC_PAIRS * 2 : (int)row + 1;
         if (lane >= row && lane < last) {
-            int *rec = reinterpret_cast<int *>(tc + g * PQ2_TC_PAIRS + (lane >> 1));
+            int *rec = reinterpret_cast<int *>(records + g * PQ2_TC_PAIRS + (lane >> 1));
             rec[lane & 1] = -sum;
             rec[2 + (lane & 1)] = __float_as_int(scale);
         }
@@ -155,7 +155,7 @@ bitslice_kernel(const int8_t *__restrict__ q8, int64_t tasks, uint32_t *__restri
 // record; clears the matmul's arrival counters as the quantiser does.
 __global__ void __launch_bounds__(256)
 token_records_kernel(const float *__restrict__ scales, const int32_t *__restrict__ sums, int32_t m, int64_t groups,
-                     int4 *__restrict__ tc, uint32_t *__restrict__ zero, int32_t n_zero)
+                     int4 *__restrict__ records, uint32_t *__restrict__ zero, int32_t n_zero)
 {
     start_before_matmul(zero, n_zero);  // scales and sums (the caller's) are read only after this
     const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -163,7 +163,7 @@ token_records_kernel(const float *__restrict__ scales, const int32_t *__restrict
     const int64_t g = e / PQ2_TC_PAIRS;
     const int pair = (int)(e - g * PQ2_TC_PAIRS);
     const int64_t t0 = min(2 * pair, m - 1) * groups + g, t1 = min(2 * pair + 1, m - 1) * groups + g;
-    tc[e] = make_int4(-sums[t0], -sums[t1], __float_as_int(scales[t0]), __float_as_int(scales[t1]));
+    records[e] = make_int4(-sums[t0], -sums[t1], __float_as_int(scales[t0]), __float_as_int(scales[t1]));
 }
 
 }  // namespace
@@ -190,21 +190,21 @@ pq2_status pq2_bitslice_launch(const char *fn, const int8_t *q8, int64_t m, int6
 }
 
 pq2_status pq2_token_records_launch(const char *fn, const float *scales, const int32_t *sums, int64_t m,
-                                    int64_t k, int4 *tc, uint32_t *zero, int32_t n_zero, bool pdl,
+                                    int64_t k, int4 *records, uint32_t *zero, int32_t n_zero, bool pdl,
                                     cudaStream_t stream)
 {
-    const int64_t records = (k >> 7) * PQ2_TC_PAIRS;
-    if ((records + 255) / 256 > INT32_MAX)
+    const int64_t blocks = ((k >> 7) * PQ2_TC_PAIRS + 255) / 256;  // one thread per record
+    if (blocks > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: k=%lld is too large", fn, (long long)k);
-    pq2_launch l((unsigned)((records + 255) / 256), 256, 0, stream, pdl);
-    PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, token_records_kernel, scales, sums, (int32_t)m, k >> 7, tc, zero,
+    pq2_launch l((unsigned)blocks, 256, 0, stream, pdl);
+    PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, token_records_kernel, scales, sums, (int32_t)m, k >> 7, records, zero,
                                         n_zero));
     return pq2_launch_status(fn);
 }
 
 pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m,
                                int64_t k, int8_t *q8, float *scales, int32_t *sums,
-                               uint32_t *bits, int4 *tc, uint32_t *zero, int32_t n_zero, bool pdl,
+                               uint32_t *bits, int4 *records, uint32_t *zero, int32_t n_zero, bool pdl,
                                cudaStream_t stream)
 {
     unsigned blocks;
@@ -212,13 +212,13 @@ pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, i
     pq2_launch l(blocks, kWarpsPerBlock * 32, 0, stream, pdl);
     switch (x_dtype) {
     case PQ2_DTYPE_F32:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8, scales, sums, bits, tc, zero, n_zero));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8, scales, sums, bits, records, zero, n_zero));
         break;
     case PQ2_DTYPE_F16:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F16>, x, m, k, q8, scales, sums, bits, tc, zero, n_zero));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F16>, x, m, k, q8, scales, sums, bits, records, zero, n_zero));
         break;
     case PQ2_DTYPE_BF16:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_BF16>, x, m, k, q8, scales, sums, bits, tc, zero, n_zero));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_BF16>, x, m, k, q8, scales, sums, bits, records, zero, n_zero));
         break;
     default:
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: x_dtype=%d is not f32 (0), f16 (1) or bf16 (2)",

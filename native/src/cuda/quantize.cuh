@@ -7,10 +7,10 @@
 // zero[0..n_zero) in the same launch (the matmul's arrival counters). Arguments already
 // validated except dtype. pdl: launch as a programmatic dependent of the stream's previous
 // kernel (Hopper).
-// When tc is not NULL (m <= 8), also the token-constant records (decode.cuh, pq2_decode_needs_tc).
+// When records is not NULL (m <= 8), also the token-constant records (decode.cuh, pq2_decode_needs_records).
 pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m,
                                int64_t k, int8_t *q8, float *scales, int32_t *sums,
-                               uint32_t *bits, int4 *tc, uint32_t *zero, int32_t n_zero, bool pdl,
+                               uint32_t *bits, int4 *records, uint32_t *zero, int32_t n_zero, bool pdl,
                                cudaStream_t stream);
 
 // The bit-sliced copy of q8[m][k] (plane order, as the quantiser writes it) into bits, the same
@@ -26,5 +26,5 @@ bool pq2_pdl_ok();
 // The token-constant records (decode.cuh) of the caller's scales and sums [m][k/128], m in 2..8,
 // and zero[0..n_zero) cleared, as a programmatic dependent launch like the two above.
 pq2_status pq2_token_records_launch(const char *fn, const float *scales, const int32_t *sums, int64_t m,
-                                    int64_t k, int4 *tc, uint32_t *zero, int32_t n_zero, bool pdl,
+                                    int64_t k, int4 *records, uint32_t *zero, int32_t n_zero, bool pdl,
                                     cudaStream_t stream);
