@@ -11,6 +11,12 @@ Knockouts (M = 1 row-block kernels and the quantiser):
     qempty   the quantiser returns right after its PDL wait (and the counter clearing)
     qnobits  the quantiser writes no bit slices
     noact    the M = 1 loop loads no activations (constants instead)
+M > 2 (v16b; the stages 1 loop without running pointers, which the tuned M = 4/8 kernels run):
+    actg2    the B fragments and records come from two groups only (L1-resident)
+    acttok0  every B column reads token 0 (one line per fragment load instead of m)
+    wl2      the weights of every batch after the first re-read batch 0 or 1 (L2-resident; the
+             running-pointer loops of m == 1 and m <= 8 re-read batch 0)
+Patches are (path, anchor, replacement, anchor, replacement, ...).
 A patch whose anchor text is gone fails loudly: update it with the code it knocks out.
 """
 from __future__ import annotations
@@ -28,8 +34,9 @@ QUANT = "native/src/cuda/quantize.cu"
 
 PATCHES = {
     "nowait": (ROWBLOCK,
-               "    pq2_pdl_handoff();  // the quantiser's outputs are read only after this\n"
-               "    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, g_begin, lane);",
+               "    if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));\n"
+               "    pq2_pdl_handoff();  // the quantiser's outputs are read only after this\n",
+               "    if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));\n"
                "    // KNOCKOUT (timing only): m == 1 does not wait for the quantiser.\n"
                "    if constexpr (TOKS == 1) {\n"
                "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900\n"
@@ -37,8 +44,7 @@ PATCHES = {
                "#endif\n"
                "    } else {\n"
                "        pq2_pdl_handoff();\n"
-               "    }\n"
-               "    const act_ptrs<NT, NJ> A = act_setup<NT, NJ, TOKS>(p, G, g_begin, lane);"),
+               "    }\n"),
     "qempty": (QUANT,
                "    const int lane = threadIdx.x & 31;\n    const int64_t groups = k >> 7;",
                "    if (n_zero >= 0) return;  // KNOCKOUT (timing only): no work after the PDL wait\n"
@@ -48,18 +54,31 @@ PATCHES = {
                 "    (void)qs;  // KNOCKOUT (timing only): no bit slices"),
     "noact": (ROWBLOCK,
               "        const uint4 bx = __ldg(A.xb + (unsigned)g * (PQ2_BITS_GROUP_WORDS / 4));\n"
-              "        const int ns = __ldg(A.sums[0][0] + (unsigned)g) * lc.c_neg;\n"
-              "        const float xs = __ldg(A.xs[0][0] + (unsigned)g);",
+              "        const int ns = __ldg(A.sums + (unsigned)g) * lc.c_neg;\n"
+              "        const float xs = __ldg(A.xs + (unsigned)g);",
               "        // KNOCKOUT (timing only): no activation loads.\n"
               "        const uint32_t h = (unsigned)g * 0x9E3779B9u ^ (uint32_t)lc.f2;\n"
               "        const uint4 bx = make_uint4(h, h * 3u, h & 0xAAAAAAAAu, (h * 3u) & 0xAAAAAAAAu);\n"
               "        const int ns = lc.c_neg;\n"
               "        const float xs = 1.0f;"),
+    "actg2": (ROWBLOCK,
+              "        const unsigned ug = (unsigned)(g + A.g0);\n",
+              "        const unsigned ug = (unsigned)((g & 1) + A.g0);  // KNOCKOUT (timing only): two groups\n"),
+    "acttok0": (ROWBLOCK,
+                "        const int b_tok = CP ? min(gid & 1, p.m - 1) : min(nt * 8 + gid, p.m - 1);\n",
+                "        const int b_tok = CP ? min(gid & 1, p.m - 1) : 0;  // KNOCKOUT (timing only): token 0\n"),
+    "wl2": (ROWBLOCK,
+            "                if (i > 0) src.load(b0, i, min(len - i, U));\n",
+            "                if (i > 0) src.load(b0, ((i / U) & 1) * U, min(len - i, U));  // KNOCKOUT: L2-resident\n",
+            "                src.advance(U), a.template advance<TOKS>(U);\n",
+            "                a.template advance<TOKS>(U);  // KNOCKOUT: the weights of batch 0 again\n",
+            "                    src.advance(1);\n",
+            "                    // KNOCKOUT: the weights of unit 0 again\n"),
 }
 
 
 def make_tree(name: str, rev: str) -> Path:
-    path, anchor, replacement = PATCHES[name]
+    path, *pairs = PATCHES[name]
     dest = ROOT / "exp" / name
     if dest.exists():
         raise SystemExit(f"{dest} exists; remove it first")
@@ -69,10 +88,12 @@ def make_tree(name: str, rev: str) -> Path:
         tar.extractall(dest, members=members, filter="data")
     src = dest / path
     text = src.read_text()
-    if text.count(anchor) != 1:
-        raise SystemExit(f"{name}: the anchor text occurs {text.count(anchor)} times in {path} at {rev} "
-                         "(expected once); update PATCHES")
-    src.write_text(text.replace(anchor, replacement))
+    for anchor, replacement in zip(pairs[::2], pairs[1::2]):
+        if text.count(anchor) != 1:
+            raise SystemExit(f"{name}: the anchor text occurs {text.count(anchor)} times in {path} at {rev} "
+                             "(expected once); update PATCHES")
+        text = text.replace(anchor, replacement)
+    src.write_text(text)
     return dest
 
 
