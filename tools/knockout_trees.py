@@ -16,6 +16,8 @@ M > 2 (v16b; the stages 1 loop without running pointers, which the tuned M = 4/8
     acttok0  every B column reads token 0 (one line per fragment load instead of m)
     wl2      the weights of every batch after the first re-read batch 0 or 1 (L2-resident; the
              running-pointer loops of m == 1 and m <= 8 re-read batch 0)
+    wnone    no weight loads after the first batch (its codes perturbed per batch instead)
+    compute  wnone and no activation loads at m > 2 (B fragments and records from the group index)
 Patches are (path, anchor, replacement, anchor, replacement, ...).
 A patch whose anchor text is gone fails loudly: update it with the code it knocks out.
 """
@@ -74,6 +76,34 @@ PATCHES = {
             "                a.template advance<TOKS>(U);  // KNOCKOUT: the weights of batch 0 again\n",
             "                    src.advance(1);\n",
             "                    // KNOCKOUT: the weights of unit 0 again\n"),
+    "wnone": (ROWBLOCK,
+              "                if (i > 0) src.load(b0, i, min(len - i, U));\n",
+              "                if (i > 0)  // KNOCKOUT (timing only): no weight loads after the first batch\n"
+              "                    for (int u = 0; u < U; ++u)\n"
+              "                        for (int r = 0; r < RT; ++r) b0.codes[u][r].x ^= (unsigned)i;\n",
+              "                src.advance(U), a.template advance<TOKS>(U);\n"
+              "                src.load(b0, 0, min(len - i, U));\n",
+              "                a.template advance<TOKS>(U);  // KNOCKOUT: no weight loads after the first batch\n"
+              "                for (int u = 0; u < U; ++u)\n"
+              "                    for (int r = 0; r < RT; ++r) b0.codes[u][r].x ^= (unsigned)i;\n"),
+    "compute": (ROWBLOCK,
+                "                if (i > 0) src.load(b0, i, min(len - i, U));\n",
+                "                if (i > 0)  // KNOCKOUT (timing only): no weight loads after the first batch\n"
+                "                    for (int u = 0; u < U; ++u)\n"
+                "                        for (int r = 0; r < RT; ++r) b0.codes[u][r].x ^= (unsigned)i;\n",
+                "                src.advance(U), a.template advance<TOKS>(U);\n"
+                "                src.load(b0, 0, min(len - i, U));\n",
+                "                a.template advance<TOKS>(U);  // KNOCKOUT: no weight loads after the first batch\n"
+                "                for (int u = 0; u < U; ++u)\n"
+                "                    for (int r = 0; r < RT; ++r) b0.codes[u][r].x ^= (unsigned)i;\n",
+                "                ld_planes8(A.q[nt] + ug * 128u, bq[nt]);\n",
+                "                for (int s = 0; s < 4; ++s)  // KNOCKOUT: no activation loads\n"
+                "                    bq[nt][s] = make_uint2(ug * 0x9E3779B9u + s, ug ^ (unsigned)(s + nt));\n",
+                "                for (int s = 0; s < 4; ++s) bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + ug * 128u + s * 32));\n",
+                "                for (int s = 0; s < 4; ++s)  // KNOCKOUT: no activation loads\n"
+                "                    bq[nt][s] = make_uint2(ug * 0x9E3779B9u + s, ug ^ (unsigned)s);\n",
+                "                const int4 rc = __ldg(A.rec + ug * PQ2_TC_PAIRS);\n",
+                "                const int4 rc = make_int4(-(int)ug, 1 - (int)ug, 0x3f800000, 0x3f000000);  // KNOCKOUT\n"),
 }
 
 
