@@ -27,33 +27,37 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checko
 FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits", "coarse")  # what --families can name
 
 
-def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES):
-    """Configurations to time: tuples in CONFIG_FIELDS order (refused ones are skipped)."""
+def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES, warps=None):
+    """Configurations to time: tuples in CONFIG_FIELDS order (refused ones are skipped). warps:
+    the warps per block of the register families (rowblock, persistent, splits, coarse) instead
+    of their defaults (powers of two)."""
+    reg_warps = tuple(warps) if warps else None
+    W = lambda default: reg_warps or default  # noqa: E731
     rts = [layout_rt] if layout == "tiles" else [1, 2, 4]
     if "stream" in families:
-        warps, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
-        for rt, w, u, s in itertools.product(rts, warps, unrolls, stages):
+        ws, unrolls, stages = ((2, 4, 8), (1, 2, 4), (2, 3, 4, 6)) if wide else ((4, 8), (1, 2, 4), (2, 3, 4))
+        for rt, w, u, s in itertools.product(rts, ws, unrolls, stages):
             yield (rt, w, u, s, 0, 0, 0)
     if "rowblock" in families and layout == "tiles":  # one block per row block
-        for w, u, s in itertools.product((2, 4, 8, 16), (1, 2), (1, 2, 3, 4, 6)):
+        for w, u, s in itertools.product(W((2, 4, 8, 16)), (1, 2), (1, 2, 3, 4, 6)):
             yield (layout_rt, w, u, s, 0, 1, 0)
-        for w in (4, 8, 16):  # batches of 4 units (rt 2, m <= 8)
+        for w in W((4, 8, 16)):  # batches of 4 units (rt 2, m <= 8)
             yield (layout_rt, w, 4, 1, 0, 1, 0)
     if "persistent" in families and layout == "tiles":  # register kernels on a persistent grid:
-        for w, u, s in itertools.product((2, 4, 8, 16), (1, 2, 4), (1, 2)):  # half or all of the
+        for w, u, s in itertools.product(W((2, 4, 8, 16)), (1, 2, 4), (1, 2)):  # half or all of the
             for b in sorted({max(1, 32 // w), 64 // w}):  # blocks per SM 64 warps allow
                 yield (layout_rt, w, u, s, b, 1, 0)
     if "rowblock" in families and layout == "planes":  # register kernels only (no ring)
-        for rt, w, u, s in itertools.product((1, 2), (2, 4, 8, 16), (1, 2), (1, 2)):
+        for rt, w, u, s in itertools.product((1, 2), W((2, 4, 8, 16)), (1, 2), (1, 2)):
             yield (rt, w, u, s, 0, 1, 0)
     if "splits" in families:  # register kernels, row blocks split over 2-4 blocks
         rts = [layout_rt] if layout == "tiles" else [1, 2]
-        for rt, w, u, s, sp in itertools.product(rts, (4, 8, 16), (1, 2), (1, 2), (2, 3, 4)):
+        for rt, w, u, s, sp in itertools.product(rts, W((4, 8, 16)), (1, 2), (1, 2), (2, 3, 4)):
             yield (rt, w, u, s, 0, 1, sp)
     if "coarse" in families and layout == "tiles" and layout_rt == 2 and 2 < m <= 8:  # rt 4 row blocks
-        for w, s in itertools.product((4, 8, 16), (1, 2)):  # on rt 2 tiles: two tile rows per
+        for w, s in itertools.product(W((4, 8, 16)), (1, 2)):  # on rt 2 tiles: two tile rows per
             yield (4, w, 1, s, 0, 1, 0)  # block, each activation fragment used for 4 sub-tiles
-        for w in (4, 8, 16):
+        for w in W((4, 8, 16)):
             for b in sorted({max(1, 32 // w), 64 // w}):
                 yield (4, w, 1, 1, b, 1, 0)
 
@@ -79,7 +83,7 @@ def pick(cands):
                key=lambda t: (t[0], t[1]))[1:]
 
 
-def tune(shapes, layouts, ms, replays, log, wide=False, families=FAMILY_CHOICES):
+def tune(shapes, layouts, ms, replays, log, wide=False, families=FAMILY_CHOICES, warps=None):
     import torch  # the GPU side only: --from-json runs without it
 
     from bench_decode import copies_for, resident, time_pq2
@@ -91,7 +95,7 @@ def tune(shapes, layouts, ms, replays, log, wide=False, families=FAMILY_CHOICES)
             ws = resident(n, k, layout, layout_rt, copies_for(pq2_bytes(n, k)))
             for m in ms:
                 cands = []
-                for cfg in search_space(layout, layout_rt, m, wide, families):
+                for cfg in search_space(layout, layout_rt, m, wide, families, warps):
                     try:
                         us = time_pq2(ws, m, decode_config(*cfg), replays=replays)
                     except Pq2Error as e:
@@ -210,6 +214,8 @@ def main(argv=None):
                          "on a persistent grid: config blocks > 0), splits (row blocks split over "
                          "several blocks: config splits > 1), coarse (tiles rt 2, 2 < m <= 8: "
                          "rt 4 row blocks, two tile rows each)")
+    ap.add_argument("--warps", help="warps per block to search in the register families, e.g. 3,4,5,6,8 "
+                                    "(default: powers of two, 2 or 4 to 16)")
     ap.add_argument("--from-json", help="no GPU: re-pick the entries of a saved --json tune and --write them")
     ap.add_argument("--partial", action="store_true",
                     help="--write replaces only the (layout, M bucket, shape) entries tuned in this run "
@@ -234,7 +240,8 @@ def main(argv=None):
     layouts = [(a, int(b)) for a, b in (v.split(":") for v in args.layouts.split(","))]
     entries, rows = tune(args.shapes.split(","), layouts, [int(m) for m in args.ms.split(",")],
                          args.replays, lambda s: print(s, flush=True), args.wide,
-                         tuple(args.families.split(",")))
+                         tuple(args.families.split(",")),
+                         [int(w) for w in args.warps.split(",")] if args.warps else None)
     if args.write:
         keep = kept_lines(args.write, layouts, tuned_keys(entries) if args.partial else None)
         with open(args.write, "w") as f:
