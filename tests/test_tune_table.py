@@ -55,3 +55,23 @@ def test_full_rewrite_replaces_the_layout(tmp_path, table, capsys):
     new = saved_tune(tmp_path / "tune.json")
     assert tune_decode.main(["--from-json", str(tmp_path / "tune.json"), "--write", str(table)]) == 0
     assert entries(table.read_text()) == [OLD[0], new]  # the other TILES lines go, PLANES stays
+
+
+def test_search_space_warps():
+    """--warps replaces the register families' warps per block and nothing else; without it
+    each family keeps its own default set (the stream family's loop variables must not leak
+    into the others)."""
+    reg = ("rowblock", "persistent", "splits", "coarse")
+    for m in (1, 8, 16):
+        default = list(tune_decode.search_space("tiles", 2, m))
+        by_family = {f: {c[1] for c in tune_decode.search_space("tiles", 2, m, families=(f,))} for f in reg}
+        assert by_family["rowblock"] == {2, 4, 8, 16} and by_family["splits"] == {4, 8, 16}
+        assert by_family["persistent"] == {2, 4, 8, 16}
+        assert by_family["coarse"] == ({4, 8, 16} if m == 8 else set())
+        assert {c[1] for c in default if c[5] == 0} == {4, 8}  # the stream family
+        wide = list(tune_decode.search_space("tiles", 2, m, families=reg, warps=[3, 5, 6]))
+        assert {c[1] for c in wide} == {3, 5, 6}
+        assert len(wide) > 0 and all(c[5] == 1 for c in wide)
+    # planes: the rowblock family's rt 1 and 2 with the given warps
+    planes = list(tune_decode.search_space("planes", 0, 4, families=("rowblock",), warps=[6]))
+    assert {(c[0], c[1]) for c in planes} == {(1, 6), (2, 6)}
