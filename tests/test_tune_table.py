@@ -69,6 +69,9 @@ def test_search_space_warps():
         assert by_family["persistent"] == {2, 4, 8, 16}
         assert by_family["coarse"] == ({4, 8, 16} if m == 8 else set())
         assert {c[1] for c in default if c[5] == 0} == {4, 8}  # the stream family
+        assert {c[1] for c in default if c[5] == 1} == set().union(*by_family.values())
+        assert sorted(c for c in default if c[5] == 1) == sorted(
+            c for f in reg for c in tune_decode.search_space("tiles", 2, m, families=(f,)))
         wide = list(tune_decode.search_space("tiles", 2, m, families=reg, warps=[3, 5, 6]))
         assert {c[1] for c in wide} == {3, 5, 6}
         assert len(wide) > 0 and all(c[5] == 1 for c in wide)
