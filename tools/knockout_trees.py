@@ -11,6 +11,8 @@ Knockouts (M = 1 row-block kernels and the quantiser):
     qempty   the quantiser returns right after its PDL wait (and the counter clearing)
     qnobits  the quantiser writes no bit slices
     noact    the M = 1 loop loads no activations (constants instead)
+    noquant  pq2_matmul_cuda at m == 1 launches no quantiser: each matmul waits on the previous
+             matmul directly (one grid per call; the workspace's stale activations)
 M > 2 (v16b; the stages 1 loop without running pointers, which the tuned M = 4/8 kernels run):
     actg2    the B fragments and records come from two groups only (L1-resident)
     acttok0  every B column reads token 0 (one line per fragment load instead of m)
@@ -104,6 +106,10 @@ PATCHES = {
                 "                    bq[nt][s] = make_uint2(ug * 0x9E3779B9u + s, ug ^ (unsigned)s);\n",
                 "                const int4 rc = __ldg(A.rec + ug * PQ2_TC_PAIRS);\n",
                 "                const int4 rc = make_int4(-(int)ug, 1 - (int)ug, 0x3f800000, 0x3f000000);  // KNOCKOUT\n"),
+    "noquant": ("native/src/cuda/dispatch.cu",
+                "    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, c.bits, c.records,\n",
+                "    if (m > 1 || n_counters > 0)  // KNOCKOUT (timing only): m == 1 launches no quantiser\n"
+                "    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, c.bits, c.records,\n"),
 }
 
 
