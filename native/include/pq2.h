@@ -222,7 +222,8 @@ PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, int64_t m,
  * pq2_matmul_workspace_size() bytes; the workspace holds no state between calls.
  * Stream order (compute capability 9.0): the call's kernels are programmatic dependents of the
  * kernel before them, so they start streaming the WEIGHTS before that kernel has finished; x,
- * the workspace and y are ordered as usual. Do not write the weights in the kernel launched
+ * the workspace and y are ordered as usual (x may be prefetched into L2 early, which reads
+ * nothing the call uses before that kernel has finished). Do not write the weights in the kernel launched
  * right before the call on the same stream; weights written earlier (by a copy, or by a kernel
  * with at least one other kernel after it before the call) are safe. pq2_matmul_q8_cuda does
  * the same when it makes bit slices (m = 1, row-block family); otherwise it does not overlap

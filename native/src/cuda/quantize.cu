@@ -65,7 +65,8 @@ __device__ __forceinline__ void load4(const void *x, size_t i, float (&v)[4])
 // position L: each of the four byte stores of a warp writes 32 consecutive bytes.
 // The start of both kernels that precede a matmul. Programmatic dependent launch, both ways:
 // such a grid may start before the previous kernel of the stream ends (it is launched as its
-// dependent), so it reads its input and touches the workspace only after the handoff; the matmul
+// dependent), so it reads its input and touches the workspace only after the handoff (the
+// quantiser prefetches x into L2 before it, which reads nothing into the kernel); the matmul
 // that follows may start now (it streams weights and waits for this grid before reading what it
 // writes). Then the matmul's arrival counters, which live in the same workspace, are cleared: in
 // the launch that precedes the matmul, so every call is independent of the last one.
