@@ -10,6 +10,8 @@ Knockouts (M = 1 row-block kernels and the quantiser):
     nowait   the matmul does not wait for the quantiser grid (PDL launch only)
     qempty   the quantiser returns right after its PDL wait (and the counter clearing)
     qnobits  the quantiser writes no bit slices
+    qnoload  the quantiser loads no x (values from the lane and group instead)
+    qnodiv   the quantiser multiplies by a reciprocal instead of its four correctly rounded divisions
     noact    the M = 1 loop loads no activations (constants instead)
     noquant  pq2_matmul_cuda at m == 1 launches no quantiser: each matmul waits on the previous
              matmul directly (one grid per call; the workspace's stale activations)
@@ -110,6 +112,13 @@ PATCHES = {
                 "    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, c.bits, c.records,\n",
                 "    if (m > 1 || n_counters > 0)  // KNOCKOUT (timing only): m == 1 launches no quantiser\n"
                 "    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, c.bits, c.records,\n"),
+    "qnoload": (QUANT,
+                "    load4<DTYPE>(x, (size_t)row * k + g * 128 + lane * 4, v);\n",
+                "    for (int j = 0; j < 4; ++j)  // KNOCKOUT (timing only): no x load\n"
+                "        v[j] = (float)((lane * 4 + j) * 37 % 255 - 127) * (float)(g + 1);\n"),
+    "qnodiv": (QUANT,
+               "        const float q = rintf(__fdiv_rn(v[j], div));\n",
+               "        const float q = rintf(v[j] * __frcp_rn(div));  // KNOCKOUT (timing only): no division\n"),
 }
 
 
