@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# A/B of the M = 1 decode pass (257 dependent calls) across source trees in ONE device call:
+# builds libpq2 from each tree, then times the pass of each tree in ROUNDS alternating rounds
+# (bench_decode.py --ms 1 --shapes out --layouts tiles:2 --no-cublas: read bandwidth, out at
+# M = 1 and the pass), so variants compare without the drift between calls.
+#
+# Usage (device tool, carry .whl and the trees): [ROUNDS=2] bash tools/ab_pass.sh NAME...
+#   NAME "cur" is this working tree; any other NAME is a tree at exp/NAME (tools/knockout_trees.py
+#   makes knockout trees; `git archive <commit> | tar -x -C exp/NAME` any commit). A tree's
+#   .commit file names the commit its results record.
+# Writes $OUT/pass_NAME_ROUND.json and prints one line per run (bench/NOTES.md v16e).
+set -eo pipefail
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+root=$PWD
+for v in "$@"; do
+  src=$root/exp/$v; [ "$v" = cur ] && src=$root
+  test -f "$src/CMakeLists.txt" || { echo "ab_pass: no source tree at $src" >&2; exit 2; }
+  cmake -S "$src" -B "/tmp/abp_$v" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPQ2_CUDA=ON -DPQ2_CUDA_ARCHS="90a-real" \
+    > "/tmp/abp_$v.log" 2>&1
+  cmake --build "/tmp/abp_$v" >> "/tmp/abp_$v.log" 2>&1 || { echo "build $v failed"; tail -n 20 "/tmp/abp_$v.log"; exit 1; }
+  cp "/tmp/abp_$v/_cdef.py" "$src/pyq2/_cdef.py"
+done
+for round in $(seq 1 "${ROUNDS:-2}"); do
+  for v in "$@"; do
+    src=$root/exp/$v; [ "$v" = cur ] && src=$root
+    commit="tree $v"; [ -f "$src/.commit" ] && commit="$(cat "$src/.commit") (tree $v)"
+    json=$OUT/pass_${v}_$round.json
+    (cd "$src/tools" && PQ2_COMMIT="$commit" PYTHONPATH=$src:/tmp/site PYQ2_LIBRARY=/tmp/abp_$v/libpq2.so \
+      python3 bench_decode.py --ms 1 --shapes out --layouts tiles:2 --no-cublas --json "$json" > /dev/null 2>&1) \
+      || { echo "round $round $v: bench failed"; continue; }
+    python3 - "$json" "$round" "$v" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+p = d["decode_pass_m1"][0]
+out = [r["us"] for r in d["rows"] if r["shape"] == "out"][0]
+print(f"round {sys.argv[2]} {sys.argv[3]}: pass {p['pass_ms']:.3f} ms = {p['ratio_to_floor']:.3f}x the floor "
+      f"({p['floor_ms']:.3f} ms); out M=1 {out:.2f} us; read bandwidth {d['read_bandwidth_gbs'][0]:.0f} GB/s")
+PY
+  done
+done
