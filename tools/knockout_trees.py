@@ -38,6 +38,19 @@ ROOT = Path(__file__).resolve().parent.parent
 ROWBLOCK = "native/src/cuda/decode_rowblock.cu"
 QUANT = "native/src/cuda/quantize.cu"
 
+# The weight loads after the first batch, knocked out (wnone; compute too).
+NO_WEIGHT_LOADS = (
+    "                if (i > 0) src.load(b0, i, min(len - i, U));\n",
+    "                if (i > 0)  // KNOCKOUT (timing only): no weight loads after the first batch\n"
+    "                    for (int u = 0; u < U; ++u)\n"
+    "                        for (int r = 0; r < RT; ++r) b0.codes[u][r].x ^= (unsigned)i;\n",
+    "                src.advance(U), a.template advance<TOKS>(U);\n"
+    "                src.load(b0, 0, min(len - i, U));\n",
+    "                a.template advance<TOKS>(U);  // KNOCKOUT: no weight loads after the first batch\n"
+    "                for (int u = 0; u < U; ++u)\n"
+    "                    for (int r = 0; r < RT; ++r) b0.codes[u][r].x ^= (unsigned)i;\n"
+)
+
 PATCHES = {
     "nowait": (ROWBLOCK,
                "    if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));\n"
@@ -80,26 +93,8 @@ PATCHES = {
             "                a.template advance<TOKS>(U);  // KNOCKOUT: the weights of batch 0 again\n",
             "                    src.advance(1);\n",
             "                    // KNOCKOUT: the weights of unit 0 again\n"),
-    "wnone": (ROWBLOCK,
-              "                if (i > 0) src.load(b0, i, min(len - i, U));\n",
-              "                if (i > 0)  // KNOCKOUT (timing only): no weight loads after the first batch\n"
-              "                    for (int u = 0; u < U; ++u)\n"
-              "                        for (int r = 0; r < RT; ++r) b0.codes[u][r].x ^= (unsigned)i;\n",
-              "                src.advance(U), a.template advance<TOKS>(U);\n"
-              "                src.load(b0, 0, min(len - i, U));\n",
-              "                a.template advance<TOKS>(U);  // KNOCKOUT: no weight loads after the first batch\n"
-              "                for (int u = 0; u < U; ++u)\n"
-              "                    for (int r = 0; r < RT; ++r) b0.codes[u][r].x ^= (unsigned)i;\n"),
-    "compute": (ROWBLOCK,
-                "                if (i > 0) src.load(b0, i, min(len - i, U));\n",
-                "                if (i > 0)  // KNOCKOUT (timing only): no weight loads after the first batch\n"
-                "                    for (int u = 0; u < U; ++u)\n"
-                "                        for (int r = 0; r < RT; ++r) b0.codes[u][r].x ^= (unsigned)i;\n",
-                "                src.advance(U), a.template advance<TOKS>(U);\n"
-                "                src.load(b0, 0, min(len - i, U));\n",
-                "                a.template advance<TOKS>(U);  // KNOCKOUT: no weight loads after the first batch\n"
-                "                for (int u = 0; u < U; ++u)\n"
-                "                    for (int r = 0; r < RT; ++r) b0.codes[u][r].x ^= (unsigned)i;\n",
+    "wnone": (ROWBLOCK, *NO_WEIGHT_LOADS),
+    "compute": (ROWBLOCK, *NO_WEIGHT_LOADS,
                 "                ld_planes8(A.q[nt] + ug * 128u, bq[nt]);\n",
                 "                for (int s = 0; s < 4; ++s)  // KNOCKOUT: no activation loads\n"
                 "                    bq[nt][s] = make_uint2(ug * 0x9E3779B9u + s, ug ^ (unsigned)(s + nt));\n",
