@@ -78,3 +78,11 @@ def test_search_space_warps():
     # planes: the rowblock family's rt 1 and 2 with the given warps
     planes = list(tune_decode.search_space("planes", 0, 4, families=("rowblock",), warps=[6]))
     assert {(c[0], c[1]) for c in planes} == {(1, 6), (2, 6)}
+
+
+@pytest.mark.parametrize("warps", ["17", "0", "4,x", ""])
+def test_warps_option_rejects_bad_lists(warps, capsys):
+    """--warps is checked before anything runs: a clear usage error, exit status 2."""
+    with pytest.raises(SystemExit) as e:
+        tune_decode.main(["--warps", warps, "--from-json", "unused.json"])
+    assert e.value.code == 2 and "--warps" in capsys.readouterr().err

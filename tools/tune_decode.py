@@ -221,6 +221,14 @@ def main(argv=None):
                     help="--write replaces only the (layout, M bucket, shape) entries tuned in this run "
                          "and keeps the rest of the table (a re-tune of some M buckets or shapes)")
     args = ap.parse_args(argv)
+    warps = None  # the register families' defaults
+    if args.warps is not None:
+        try:
+            warps = [int(w) for w in args.warps.split(",")]
+        except ValueError:
+            ap.error(f"--warps {args.warps!r}: a comma-separated list of integers")
+        if not warps or any(not 1 <= w <= 16 for w in warps):
+            ap.error(f"--warps {args.warps!r}: warps per block are 1..16")
     if args.from_json:
         entries, env = entries_from_json(args.from_json)
         if args.write:
@@ -241,7 +249,7 @@ def main(argv=None):
     entries, rows = tune(args.shapes.split(","), layouts, [int(m) for m in args.ms.split(",")],
                          args.replays, lambda s: print(s, flush=True), args.wide,
                          tuple(args.families.split(",")),
-                         [int(w) for w in args.warps.split(",")] if args.warps else None)
+                         warps)
     if args.write:
         keep = kept_lines(args.write, layouts, tuned_keys(entries) if args.partial else None)
         with open(args.write, "w") as f:
