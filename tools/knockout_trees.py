@@ -1,10 +1,16 @@
 #!/usr/bin/env python3
 """Source trees with one link of a decode call knocked out, for timing only (their results are
-wrong on purpose): bench/NOTES.md v11d. Each tree is `git archive REV` into exp/NAME with one
-patch applied; time them beside the real code in one device call with tools/ab_tune.sh:
+wrong on purpose): bench/NOTES.md v11d, v16b, v16e. Each tree is `git archive REV` into exp/NAME
+(without bench/results) with one patch applied and REV's commit in exp/NAME/.commit; time them
+beside the real code in one device call with tools/ab_tune.sh (tuned per shape and M) or
+tools/ab_pass.sh (the M = 1 pass):
 
-    python3 tools/knockout_trees.py nowait qempty qnobits noact
-    # device tool, carry [".whl", "exp"]:  MS=1 bash tools/ab_tune.sh cur nowait qempty
+    python3 tools/knockout_trees.py base qempty qnoload qnodiv qnobits
+    # device tool, carry [".whl", "exp/base", "exp/qempty", ...]:
+    #   bash tools/ab_pass.sh base qempty qnoload qnodiv qnobits
+    #   MS=1 bash tools/ab_tune.sh base nowait qempty
+
+    base     no knockout: REV itself, the reference to time them against
 
 Knockouts (M = 1 row-block kernels and the quantiser):
     nowait   the matmul does not wait for the quantiser grid (PDL launch only)
@@ -52,6 +58,7 @@ NO_WEIGHT_LOADS = (
 )
 
 PATCHES = {
+    "base": (ROWBLOCK,),  # no patch: the reference tree (REV as it is, without bench/results)
     "nowait": (ROWBLOCK,
                "    if (STAGES == 2 && len > U) src.load(b1, U, min(len - U, U));\n"
                "    pq2_pdl_handoff();  // the quantiser's outputs are read only after this\n",
@@ -134,6 +141,9 @@ def make_tree(name: str, rev: str) -> Path:
                              "(expected once); update PATCHES")
         text = text.replace(anchor, replacement)
     src.write_text(text)
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
+                            capture_output=True, text=True).stdout.strip()
+    (dest / ".commit").write_text(commit if name == "base" else f"{commit} knockout {name}")
     return dest
 
 
