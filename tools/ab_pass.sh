@@ -10,22 +10,13 @@
 #   .commit file names the commit its results record.
 # Writes $OUT/pass_NAME_ROUND.json and prints one line per run (bench/NOTES.md v16e).
 set -eo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-root=$PWD
-for v in "$@"; do
-  src=$root/exp/$v; [ "$v" = cur ] && src=$root
-  test -f "$src/CMakeLists.txt" || { echo "ab_pass: no source tree at $src" >&2; exit 2; }
-  cmake -S "$src" -B "/tmp/abp_$v" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPQ2_CUDA=ON -DPQ2_CUDA_ARCHS="90a-real" \
-    > "/tmp/abp_$v.log" 2>&1
-  cmake --build "/tmp/abp_$v" >> "/tmp/abp_$v.log" 2>&1 || { echo "build $v failed"; tail -n 20 "/tmp/abp_$v.log"; exit 1; }
-  cp "/tmp/abp_$v/_cdef.py" "$src/pyq2/_cdef.py"
-done
+source "$(dirname "$0")/ab_trees.sh"
+ab_build "$@"
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for v in "$@"; do
-    src=$root/exp/$v; [ "$v" = cur ] && src=$root
-    commit="tree $v"; [ -f "$src/.commit" ] && commit="$(cat "$src/.commit") (tree $v)"
+    src=$(ab_src "$v") commit=$(ab_commit "$v")  # (before the cd: both are relative to the root)
     json=$OUT/pass_${v}_$round.json
-    (cd "$src/tools" && PQ2_COMMIT="$commit" PYTHONPATH=$src:/tmp/site PYQ2_LIBRARY=/tmp/abp_$v/libpq2.so \
+    (cd "$src/tools" && PQ2_COMMIT="$commit" PYTHONPATH=$src:/tmp/site PYQ2_LIBRARY=/tmp/ab_$v/libpq2.so \
       python3 bench_decode.py --ms 1 --shapes out --layouts tiles:2 --no-cublas --json "$json" > /dev/null 2>&1) \
       || { echo "round $round $v: bench failed"; continue; }
     python3 - "$json" "$round" "$v" <<'PY'

@@ -11,24 +11,11 @@
 # Writes $OUT/tune_NAME.{json,log} (the device tool returns at most 8 files: 3 trees and the
 # caller's own 2 logs fit); the cmake and build logs stay in /tmp/ab_NAME.log, shown on failure.
 set -eo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+source "$(dirname "$0")/ab_trees.sh"
+ab_build "$@"
+# Each tree tunes with its own package and tools.
 for v in "$@"; do
-  src=exp/$v; [ "$v" = cur ] && src=.
-  test -f "$src/CMakeLists.txt" || { echo "ab_tune: no source tree at $src" >&2; exit 2; }
-  cmake -S "$src" -B "/tmp/ab_$v" -G Ninja -DCMAKE_BUILD_TYPE=Release -DPQ2_CUDA=ON -DPQ2_CUDA_ARCHS="90a-real" \
-    > "/tmp/ab_$v.log" 2>&1
-done
-for v in "$@"; do
-  cmake --build "/tmp/ab_$v" >> "/tmp/ab_$v.log" 2>&1 || { echo "build $v failed"; tail -n 20 "/tmp/ab_$v.log"; exit 1; }
-done
-# Each tree tunes with its own package and tools (trees may differ in ABI or layout version).
-root=$PWD
-for v in "$@"; do
-  src=$root/exp/$v; [ "$v" = cur ] && src=$root
-  cp "/tmp/ab_$v/_cdef.py" "$src/pyq2/_cdef.py"  # the package's generated declarations
-  # The commit each result names: $src/.commit if the caller wrote one, else "tree NAME" (a copied
-  # tree has no .git of its own, and git would find an unrelated one above it).
-  commit="tree $v"; [ -f "$src/.commit" ] && commit="$(cat "$src/.commit") (tree $v)"
+  src=$(ab_src "$v") commit=$(ab_commit "$v")  # (before the cd: both are relative to the root)
   (cd "$src/tools" && PQ2_COMMIT="$commit" PYTHONPATH=$src:/tmp/site PYQ2_LIBRARY=/tmp/ab_$v/libpq2.so python3 tune_decode.py \
     --ms "${MS:-1}" --layouts "${LAYOUTS:-tiles:2}" --families "${FAMILIES:-rowblock,persistent,splits,coarse}" --json "$OUT/tune_$v.json" \
     > "$OUT/tune_$v.log" 2>&1) || echo "tune $v failed"
