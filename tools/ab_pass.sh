@@ -8,10 +8,11 @@
 #   NAME "cur" is this working tree; any other NAME is a tree at exp/NAME (tools/knockout_trees.py
 #   makes knockout trees; `git archive <commit> | tar -x -C exp/NAME` any commit). A tree's
 #   .commit file names the commit its results record.
+# AB_SKIP_BUILD=1: the trees were built already (ab_build in the same call).
 # Writes $OUT/pass_NAME_ROUND.json and prints one line per run (bench/NOTES.md v16e).
 set -eo pipefail
 source "$(dirname "$0")/ab_trees.sh"
-ab_build "$@"
+[ -n "${AB_SKIP_BUILD:-}" ] || ab_build "$@"
 for round in $(seq 1 "${ROUNDS:-2}"); do
   for v in "$@"; do
     src=$(ab_src "$v") commit=$(ab_commit "$v")  # (before the cd: both are relative to the root)

@@ -18,6 +18,8 @@ Knockouts (M = 1 row-block kernels and the quantiser):
     qnobits  the quantiser writes no bit slices
     qnoload  the quantiser loads no x (values from the lane and group instead)
     qnodiv   the quantiser multiplies by a reciprocal instead of its four correctly rounded divisions
+    qnoq8    the quantiser stores no q8 bytes when it writes bit slices (the m == 1 kernels read
+             only the slices, the scales and the sums)
     noact    the M = 1 loop loads no activations (constants instead)
     noquant  pq2_matmul_cuda at m == 1 launches no quantiser: each matmul waits on the previous
              matmul directly (one grid per call; the workspace's stale activations)
@@ -118,6 +120,9 @@ PATCHES = {
                 "    load4<DTYPE>(x, (size_t)row * k + g * 128 + lane * 4, v);\n",
                 "    for (int j = 0; j < 4; ++j)  // KNOCKOUT (timing only): no x load\n"
                 "        v[j] = (float)((lane * 4 + j) * 37 % 255 - 127) * (float)(g + 1);\n"),
+    "qnoq8": (QUANT,
+              "        out[j * 32] = (int8_t)qi;\n",
+              "        if (!bits) out[j * 32] = (int8_t)qi;  // KNOCKOUT (timing only): no q8 beside the slices\n"),
     "qnodiv": (QUANT,
                "        const float q = rintf(__fdiv_rn(v[j], div));\n",
                "        const float q = rintf(v[j] * __frcp_rn(div));  // KNOCKOUT (timing only): no division\n"),
