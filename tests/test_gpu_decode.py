@@ -172,6 +172,59 @@ def test_quantize_nan_inf_like_host():
     assert np.array_equal(sums.cpu().numpy(), hsum)
 
 
+def test_quantize_near_half_quotients():
+    """Quotients x / scale at and within 3 ulp of every half-integer, for several scales: the
+    quantiser rounds x * (1 / scale) and hands products near a half-integer to the correctly
+    rounded division (NOTES v17b); every q must still be the spec's rint(x / scale), bit-exact
+    with numpy (whose float32 division is correctly rounded)."""
+    cols = []
+    for amax in (127.0, 3.7, 1e-3, 5e4, 1e-36):
+        scale = np.float32(amax) * np.float32(1.0 / 127.0)  # the quantiser's scale of amax
+        halves = ((np.arange(-127, 127) + 0.5) * np.float64(scale)).astype(np.float32)
+        vals, up, down = [halves], halves, halves
+        for _ in range(3):
+            up, down = np.nextafter(up, np.float32(np.inf)), np.nextafter(down, np.float32(-np.inf))
+            vals += [up, down]
+        v = np.concatenate(vals)
+        v = v[np.abs(v) <= np.float32(amax)]
+        groups = -(-len(v) // 127)
+        x = np.zeros((groups, 128), dtype=np.float32)
+        x[:, 0] = amax  # every group's max|x|, so its scale is `scale`
+        x.reshape(-1)[np.flatnonzero(np.arange(groups * 128) % 128)[: len(v)]] = v
+        cols.append(x.reshape(-1))
+    x = np.concatenate(cols)[None, :]
+    q8, xs, sums = quantize_q8(torch.from_numpy(x).cuda())
+    rq, rs, rsum = reference.quantize_q8(x)
+    assert np.array_equal(q8.cpu().numpy(), rq)
+    assert np.array_equal(xs.cpu().numpy().view(np.uint32), rs.view(np.uint32))
+    assert np.array_equal(sums.cpu().numpy(), rsum)
+
+
+@pytest.mark.parametrize("layout,rt", [("tiles", 2), ("planes", 0)], ids=["tiles2", "planes"])
+def test_bit_slices_exact_at_m1(layout, rt):
+    """Every activation bit of the m == 1 bit-slice path, exactly: weights whose row n is zero but
+    for +1 at element n (scale 1), so y[n] = q[n] * xs of its group, one rounding (f32). A wrong
+    bit in the quantiser's or the q8 path's bit slices changes some y[n] by 1/127 or more."""
+    n = k = 640
+    e = torch.arange(n, device="cuda")
+    codes = torch.full((n, k // 4), 0x55, dtype=torch.uint8, device="cuda")  # code 1: weight 0
+    sh = (2 * (e % 4)).to(torch.uint8)
+    codes[e, e // 4] = (0x55 & ~(3 << sh) | (2 << sh)).to(torch.uint8)  # code 2: weight +1
+    scales = torch.ones(n, k // 128, dtype=torch.float16, device="cuda")
+    w = weights_from_planes(codes, scales, layout, rt)
+    x = activations(1, k, "outliers", torch.float32, seed=5)
+    q8, xs, sums = quantize_q8(x)
+    ref = q8_reference(codes, scales, q8, xs, sums).float()
+    y = torch.full((1, n), float("nan"), dtype=torch.float32, device="cuda")
+    w.matmul(x, out=y)
+    yq = torch.full((1, n), float("nan"), dtype=torch.float32, device="cuda")
+    w.matmul_q8(q8, xs, sums, yq, w.workspace(1))
+    torch.cuda.synchronize()
+    for got in (y, yq):
+        bad = torch.nonzero(got != ref)
+        assert bad.numel() == 0, f"{bad.numel()} outputs differ, first at {bad[:4].tolist()}"
+
+
 # ---- matmul ---------------------------------------------------------------------------------
 
 ALL_M = list(range(1, 17))

@@ -10,59 +10,86 @@ namespace {
 constexpr int kWarpsPerBlock = 8;
 
 // One warp writes the 128 bit-sliced words of one group (common.cuh) from the q of elements
-// 4*lane + s (s = 0..3), with one 16-byte store per lane: lane L writes words 4L..4L+3, those of
-// bit b = L >> 2 and lane quad tq = L & 3. Each lane first transposes its four bytes into eight
-// nibbles (nibble b: bit b of q[s] at bit s) packed in one word; lane L then fetches the words of
-// the eight lanes holding elements 32*tq + 16*w + 4*c + s (lane 8*tq + 4*w + c), spreads their
-// nibble b to bits 2s, 2s+1 of byte c and ORs the bytes into its two B1 words. (The quantiser's
-// latency is on every call's critical path: this form measured 0.1-0.5 us per layer call less
-// than stores of one word per bit plane and lane quad; NOTES v11e.)
+// 4*lane + s (s = 0..3), with one 16-byte store per lane. The lanes of octet tq = lane >> 3 hold
+// elements 32*tq..32*tq + 31, exactly those of the words of bit b and lane quad tq, so the
+// transposition stays inside the octet, and lane 8*tq + b writes them (words 16*b + 4*tq ..+3):
+//  1. in the lane, the 8x8 bit matrix whose row 2s is q[s]'s byte (odd rows zero), transposed
+//     with three masked swaps: byte b of {lo, hi} then holds bit b of q[s] at bit 2s;
+//  2. across the octet, the 8x8 byte matrix E[j][b] (row j in lane j of the octet) transposed in
+//     three exchanges (lanes xor 4, 2, 1; one shuffle and two byte permutes each): lane b ends
+//     with E[4w + c][b] in byte c of word w, i.e. bit b of element 32*tq + 16*w + 4*c + s at bit
+//     2s, the B1 order;
+//  3. times 3 copies each bit to bit 2s + 1.
+// ~40 instructions and three dependent shuffles: the quantiser is on every call's critical path
+// (NOTES v17a/v17b: the bit slices measured 0.35 us per call in their earlier form).
 __device__ __forceinline__ void bitslice_group(const int (&q)[4], int lane, uint32_t *__restrict__ out)
 {
-    const uint32_t packed = (uint32_t)(q[0] & 0xff) | (uint32_t)(q[1] & 0xff) << 8 |
-                            (uint32_t)(q[2] & 0xff) << 16 | (uint32_t)(q[3] & 0xff) << 24;
-    uint32_t nibbles = 0;
-#pragma unroll
-    for (int b = 0; b < 8; ++b) {
-        const uint32_t m = (packed >> b) & 0x01010101u;                 // bit b of q[s] at 8s
-        nibbles |= (((m * 0x01020408u) >> 24) & 0xFu) << (4 * b);      // ... at s (no carries)
-    }
-    const int b = lane >> 2, tq = lane & 3;
-    uint32_t word[2] = {0u, 0u};
-#pragma unroll
-    for (int w = 0; w < 2; ++w)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            uint32_t n = (__shfl_sync(0xffffffffu, nibbles, 8 * tq + 4 * w + c) >> (4 * b)) & 0xFu;
-            n = (n | n << 2) & 0x33u;  // bits s at 2s
-            n = (n | n << 1) & 0x55u;
-            word[w] |= n << (8 * c);
-        }
-    const uint32_t b1_0 = word[0] * 3u, b1_1 = word[1] * 3u;  // both bits of each weight
-    *reinterpret_cast<uint4 *>(out + 4 * lane) = make_uint4(b1_0, b1_1, b1_0 & 0xAAAAAAAAu, b1_1 & 0xAAAAAAAAu);
+    uint32_t lo = (uint32_t)(q[0] & 0xff) | (uint32_t)(q[1] & 0xff) << 16;
+    uint32_t hi = (uint32_t)(q[2] & 0xff) | (uint32_t)(q[3] & 0xff) << 16;
+    uint32_t t;
+    t = (lo ^ (lo >> 7)) & 0x00AA00AAu, lo ^= t ^ (t << 7);  // 1x1 blocks
+    t = (hi ^ (hi >> 7)) & 0x00AA00AAu, hi ^= t ^ (t << 7);
+    t = (lo ^ (lo >> 14)) & 0x0000CCCCu, lo ^= t ^ (t << 14);  // 2x2 blocks
+    t = (hi ^ (hi >> 14)) & 0x0000CCCCu, hi ^= t ^ (t << 14);
+    t = (lo ^ (hi << 4)) & 0xF0F0F0F0u, lo ^= t, hi ^= t >> 4;  // 4x4 blocks (across the words)
+
+    const int j = lane & 7;
+    const bool x4 = j & 4, x2 = j & 2, x1 = j & 1;
+    uint32_t r = __shfl_xor_sync(0xffffffffu, x4 ? lo : hi, 4);  // 4x4 blocks
+    const uint32_t a4 = x4 ? r : lo, b4 = x4 ? hi : r;
+    r = __shfl_xor_sync(0xffffffffu, __byte_perm(a4, b4, x2 ? 0x5410 : 0x7632), 2);  // 2x2 blocks
+    const uint32_t a2 = __byte_perm(a4, r, x2 ? 0x3254 : 0x5410), b2 = __byte_perm(b4, r, x2 ? 0x3276 : 0x7610);
+    r = __shfl_xor_sync(0xffffffffu, __byte_perm(a2, b2, x1 ? 0x6420 : 0x7531), 1);  // 1x1 blocks
+    const uint32_t w0 = __byte_perm(a2, r, x1 ? 0x3514 : 0x5240), w1 = __byte_perm(b2, r, x1 ? 0x3716 : 0x7260);
+
+    const uint32_t b1_0 = w0 * 3u, b1_1 = w1 * 3u;  // both bits of each weight
+    *reinterpret_cast<uint4 *>(out + 4 * (4 * j + (lane >> 3))) =
+        make_uint4(b1_0, b1_1, b1_0 & 0xAAAAAAAAu, b1_1 & 0xAAAAAAAAu);
 }
 
+// The four x values at p (element i of the lane's row), as floats.
 template <int DTYPE>
-__device__ __forceinline__ void load4(const void *x, size_t i, float (&v)[4])
+__device__ __forceinline__ void load4(const void *p, float (&v)[4])
 {
     if constexpr (DTYPE == PQ2_DTYPE_F32) {
-        float4 f = *reinterpret_cast<const float4 *>(static_cast<const float *>(x) + i);
+        float4 f = *static_cast<const float4 *>(p);
         v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
     } else if constexpr (DTYPE == PQ2_DTYPE_F16) {
-        uint2 u = *reinterpret_cast<const uint2 *>(static_cast<const __half *>(x) + i);
+        uint2 u = *static_cast<const uint2 *>(p);
         float2 a = __half22float2(*reinterpret_cast<__half2 *>(&u.x));
         float2 b = __half22float2(*reinterpret_cast<__half2 *>(&u.y));
         v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
     } else {
-        uint2 u = *reinterpret_cast<const uint2 *>(static_cast<const __nv_bfloat16 *>(x) + i);
+        uint2 u = *static_cast<const uint2 *>(p);
         float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.x));
         float2 b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.y));
         v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
     }
 }
 
-// One warp per (row, group); lane L owns elements 4L..4L+3, so element 4L+j goes to plane j at
-// position L: each of the four byte stores of a warp writes 32 consecutive bytes.
+// rint(v[j] / div) as the spec takes it (the correctly rounded quotient, then rint), from a
+// reciprocal rcp within 2^-22 of 1 / div: v * rcp is then within 5e-5 of the quotient's float
+// (|quotient| <= 127 (1 + 2^-22); 2^-22 relative for rcp, 2^-24 each for the product's and the
+// quotient's rounding), so both round to the same integer unless v * rcp lies within 2^-12
+// (2.4e-4) of a half-integer. Where one of the four does, or is inf or NaN (a subnormal or
+// infinite div, inf or NaN input), all four take the division: one branch, rarely taken, so the
+// four products overlap (NOTES v17b).
+__device__ __forceinline__ void rint_quotients(const float (&v)[4], float div, float rcp, float (&q)[4])
+{
+    bool near = false;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const float t = __fmul_rn(v[j], rcp);
+        q[j] = rintf(t);
+        near |= !(fabsf(t - q[j]) < 0.499755859375f);  // 0.5 - 2^-12; NaN counts as near
+    }
+    if (near) {
+#pragma unroll
+        for (int j = 0; j < 4; ++j)  // __fdiv_rn: correctly rounded, even under fast-math flags
+            q[j] = rintf(__fdiv_rn(v[j], div));
+    }
+}
+
 // The start of both kernels that precede a matmul. Programmatic dependent launch, both ways:
 // such a grid may start before the previous kernel of the stream ends (it is launched as its
 // dependent), so it reads its input and touches the workspace only after the handoff (the
@@ -77,6 +104,9 @@ __device__ __forceinline__ void start_before_matmul(uint32_t *__restrict__ zero,
         zero[i] = 0;
 }
 
+// One warp per (row, group); lane L owns elements 4L..4L+3, so element 4L+j goes to plane j at
+// position L: each of the four byte stores of a warp writes 32 consecutive bytes. q8 may be NULL
+// (bit slices only).
 template <int DTYPE>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__restrict__ q8,
@@ -87,19 +117,19 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
     const int64_t groups = k >> 7;
     const int64_t task = (int64_t)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
     const int64_t row = task / groups, g = task - row * groups;
+    const void *xp = static_cast<const char *>(x) +
+                     ((size_t)row * k + g * 128 + lane * 4) * (DTYPE == PQ2_DTYPE_F32 ? 4 : 2);
     // The warp's 128 x values into L2 before the wait: the wait ends when the previous kernel
     // completes, and x loaded only then costs a DRAM round trip on every call's critical path
     // if it is not already in L2. L2 is where device memory is coherent, so a line fetched here
     // and then written by the previous kernel holds the new bytes; nothing is read into
     // registers or L1 before the handoff (NOTES v16f).
-    if (task < m * groups)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(static_cast<const char *>(x) +
-                                                     ((size_t)row * k + g * 128 + lane * 4) * (DTYPE == PQ2_DTYPE_F32 ? 4 : 2)));
+    if (task < m * groups) asm volatile("prefetch.global.L2 [%0];" ::"l"(xp));
     start_before_matmul(zero, n_zero);  // x is read only after this
     if (task >= m * groups) return;
 
     float v[4];
-    load4<DTYPE>(x, (size_t)row * k + g * 128 + lane * 4, v);
+    load4<DTYPE>(xp, v);
     // max|x| as the host reference takes it (NaN ignored, from 0), in one warp reduction
     // (redux.sync) instead of a shuffle tree: the bits of non-negative floats order as unsigned
     // integers; NaN patterns (above +inf) count as 0.
@@ -113,20 +143,27 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
 
     const float scale = amax * (1.0f / 127.0f);
     const float div = scale > 0.0f ? scale : 1.0f;
-    int8_t *out = q8 + (size_t)row * k + g * 128 + lane;
+    // 1 / div within 2^-22 relative (rcp.approx, one Newton step; no special-case branch):
+    // inf for a subnormal div and NaN for an infinite one, which rint_quotients sends to the
+    // division.
+    float rcp;
+    asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(rcp) : "f"(div));
+    rcp = __fmaf_rn(rcp, __fmaf_rn(-div, rcp, 1.0f), rcp);
+    float q[4];
+    rint_quotients(v, div, rcp, q);
     int sum = 0, qs[4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) {
-        // __fdiv_rn: the correctly rounded division the spec names, even under fast-math flags.
-        // A NaN quotient (inf or NaN input) gives 0, as the host reference does.
-        const float q = rintf(__fdiv_rn(v[j], div));
-        const int qi = q == q ? (int)fminf(127.0f, fmaxf(-127.0f, q)) : 0;
-        out[j * 32] = (int8_t)qi;
-        sum += qi;
-        qs[j] = qi;
+        qs[j] = q[j] == q[j] ? (int)fminf(127.0f, fmaxf(-127.0f, q[j])) : 0;  // NaN gives 0, as the host reference
+        sum += qs[j];
     }
     sum = __reduce_add_sync(0xffffffffu, sum);  // one redux.sync, issued before the bit slices
     if (bits) bitslice_group(qs, lane, bits + (size_t)task * PQ2_BITS_GROUP_WORDS);
+    if (q8) {  // NULL when only the bit slices are read (the m == 1 matmul)
+        int8_t *out = q8 + (size_t)row * k + g * 128 + lane;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) out[j * 32] = (int8_t)qs[j];
+    }
     if (lane == 0) {
         scales[row * groups + g] = scale;
         sums[row * groups + g] = sum;

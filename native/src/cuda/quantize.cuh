@@ -2,7 +2,7 @@
 #pragma once
 #include "common.cuh"
 
-// Quantises x[m][k] into q8/scales/sums (see pq2.h) and, when bits is not NULL, their
+// Quantises x[m][k] into scales/sums and q8 unless it is NULL (see pq2.h) and, when bits is not NULL, their
 // bit-sliced copy (common.cuh; m * k/128 * PQ2_BITS_GROUP_WORDS words) on `stream`, and zeroes
 // zero[0..n_zero) in the same launch (the matmul's arrival counters). Arguments already
 // validated except dtype. pdl: launch as a programmatic dependent of the stream's previous
