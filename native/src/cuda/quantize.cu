@@ -7,7 +7,10 @@
 
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
+// Warps (one per group) per block. Small blocks: the quantiser's blocks start while the previous
+// matmul's blocks still hold most of each SM, and a 2-warp block fits where an 8-warp one waits
+// (NOTES v17c: the pass measured 1, 2, 4 and 8).
+constexpr int kWarpsPerBlock = 2;
 
 // One warp writes the 128 bit-sliced words of one group (common.cuh) from the q of elements
 // 4*lane + s (s = 0..3), with one 16-byte store per lane. The lanes of octet tq = lane >> 3 hold
