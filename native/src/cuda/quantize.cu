@@ -7,10 +7,13 @@
 
 namespace {
 
-// Warps (one per group) per block. Small blocks: the quantiser's blocks start while the previous
-// matmul's blocks still hold most of each SM, and a 2-warp block fits where an 8-warp one waits
-// (NOTES v17c: the pass measured 1, 2, 4 and 8).
-constexpr int kWarpsPerBlock = 2;
+// Warps (one per (row, group)) per block: at most kMaxWarps; one while m <= kOneWarpMaxM (decode).
+// There the quantiser's blocks start while the previous matmul's blocks still hold most of each
+// SM, and a one-warp block finds room where an 8-warp block waits: the M = 1 pass measured
+// 2.309 ms with 1 warp per block, 2.32-2.33 with 2 and 4, 2.34 with 8 (NOTES v17c). Larger m
+// keep 8-warp blocks (fewer blocks to schedule; not measured).
+constexpr int kMaxWarps = 8;
+constexpr int64_t kOneWarpMaxM = 16;
 
 // One warp writes the 128 bit-sliced words of one group (common.cuh) from the q of elements
 // 4*lane + s (s = 0..3), with one 16-byte store per lane. The lanes of octet tq = lane >> 3 hold
@@ -111,14 +114,14 @@ __device__ __forceinline__ void start_before_matmul(uint32_t *__restrict__ zero,
 // position L: each of the four byte stores of a warp writes 32 consecutive bytes. q8 may be NULL
 // (bit slices only).
 template <int DTYPE>
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kMaxWarps * 32)
 quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__restrict__ q8,
                    float *__restrict__ scales, int32_t *__restrict__ sums,
                    uint32_t *__restrict__ bits, int4 *__restrict__ records, uint32_t *__restrict__ zero, int32_t n_zero)
 {
     const int lane = threadIdx.x & 31;
     const int64_t groups = k >> 7;
-    const int64_t task = (int64_t)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+    const int64_t task = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     const int64_t row = task / groups, g = task - row * groups;
     const void *xp = static_cast<const char *>(x) +
                      ((size_t)row * k + g * 128 + lane * 4) * (DTYPE == PQ2_DTYPE_F32 ? 4 : 2);
@@ -186,13 +189,13 @@ quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__r
 // The bit-sliced copy of existing q8 (plane order: element 4*lane + s of group g at
 // q8[g*128 + s*32 + lane]), one warp per (row, group); clears the matmul's arrival counters as
 // the quantiser does.
-__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+__global__ void __launch_bounds__(kMaxWarps * 32)
 bitslice_kernel(const int8_t *__restrict__ q8, int64_t tasks, uint32_t *__restrict__ bits,
                 uint32_t *__restrict__ zero, int32_t n_zero)
 {
     start_before_matmul(zero, n_zero);  // q8 (the caller's) is read only after this
     const int lane = threadIdx.x & 31;
-    const int64_t task = (int64_t)blockIdx.x * kWarpsPerBlock + (threadIdx.x >> 5);
+    const int64_t task = (int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
     if (task >= tasks) return;
     const int8_t *in = q8 + task * 128 + lane;
     const int q[4] = {in[0], in[32], in[64], in[96]};
@@ -216,10 +219,11 @@ token_records_kernel(const float *__restrict__ scales, const int32_t *__restrict
 
 }  // namespace
 
-// Blocks of kWarpsPerBlock warps for one warp per (row, group) of an m x k problem.
-static pq2_status group_blocks(const char *fn, int64_t m, int64_t k, unsigned *blocks)
+// The warps per block and blocks for one warp per (row, group) of an m x k problem.
+static pq2_status group_blocks(const char *fn, int64_t m, int64_t k, unsigned *blocks, unsigned *warps)
 {
-    const int64_t n = (m * (k >> 7) + kWarpsPerBlock - 1) / kWarpsPerBlock;
+    *warps = m <= kOneWarpMaxM ? 1 : kMaxWarps;
+    const int64_t n = (m * (k >> 7) + *warps - 1) / *warps;
     if (n > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld k=%lld is too large", fn, (long long)m,
                              (long long)k);
@@ -230,9 +234,9 @@ static pq2_status group_blocks(const char *fn, int64_t m, int64_t k, unsigned *b
 pq2_status pq2_bitslice_launch(const char *fn, const int8_t *q8, int64_t m, int64_t k, uint32_t *bits,
                                uint32_t *zero, int32_t n_zero, bool pdl, cudaStream_t stream)
 {
-    unsigned blocks;
-    PQ2_CHECK(group_blocks(fn, m, k, &blocks));
-    pq2_launch l(blocks, kWarpsPerBlock * 32, 0, stream, pdl);
+    unsigned blocks, warps;
+    PQ2_CHECK(group_blocks(fn, m, k, &blocks, &warps));
+    pq2_launch l(blocks, warps * 32, 0, stream, pdl);
     PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, bitslice_kernel, q8, m * (k >> 7), bits, zero, n_zero));
     return pq2_launch_status(fn);
 }
@@ -255,9 +259,9 @@ pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, i
                                uint32_t *bits, int4 *records, uint32_t *zero, int32_t n_zero, bool pdl,
                                cudaStream_t stream)
 {
-    unsigned blocks;
-    PQ2_CHECK(group_blocks(fn, m, k, &blocks));
-    pq2_launch l(blocks, kWarpsPerBlock * 32, 0, stream, pdl);
+    unsigned blocks, warps;
+    PQ2_CHECK(group_blocks(fn, m, k, &blocks, &warps));
+    pq2_launch l(blocks, warps * 32, 0, stream, pdl);
     switch (x_dtype) {
     case PQ2_DTYPE_F32:
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8, scales, sums, bits, records, zero, n_zero));
