@@ -17,9 +17,8 @@ Knockouts (M = 1 row-block kernels and the quantiser):
     qempty   the quantiser returns right after its PDL wait (and the counter clearing)
     qnobits  the quantiser writes no bit slices
     qnoload  the quantiser loads no x (values from the lane and group instead)
-    qnodiv   the quantiser multiplies by a reciprocal instead of its four correctly rounded divisions
-    qnoq8    the quantiser stores no q8 bytes when it writes bit slices (the m == 1 kernels read
-             only the slices, the scales and the sums)
+    qnodiv   the quantiser rounds x * (1 / scale) without its near-half check (and the divisions
+             that check can call; before v17b: instead of its four correctly rounded divisions)
     noact    the M = 1 loop loads no activations (constants instead)
     noquant  pq2_matmul_cuda at m == 1 launches no quantiser: each matmul waits on the previous
              matmul directly (one grid per call; the workspace's stale activations)
@@ -30,6 +29,7 @@ M > 2 (v16b; the stages 1 loop without running pointers, which the tuned M = 4/8
              running-pointer loops of m == 1 and m <= 8 re-read batch 0)
     wnone    no weight loads after the first batch (its codes perturbed per batch instead)
     compute  wnone and no activation loads at m > 2 (B fragments and records from the group index)
+A name A+B applies both knockouts to one tree, exp/A-B (e.g. noquant+noact).
 Patches are (path, anchor, replacement, anchor, replacement, ...).
 A patch whose anchor text is gone fails loudly: update it with the code it knocks out.
 """
@@ -113,52 +113,62 @@ PATCHES = {
                 "                const int4 rc = __ldg(A.rec + ug * PQ2_TC_PAIRS);\n",
                 "                const int4 rc = make_int4(-(int)ug, 1 - (int)ug, 0x3f800000, 0x3f000000);  // KNOCKOUT\n"),
     "noquant": ("native/src/cuda/dispatch.cu",
-                "    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, c.bits, c.records,\n",
+                "    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, c.bits ? nullptr : q8, xs, sums, c.bits,",
                 "    if (m > 1 || n_counters > 0)  // KNOCKOUT (timing only): m == 1 launches no quantiser\n"
-                "    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, q8, xs, sums, c.bits, c.records,\n"),
+                "    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, c.bits ? nullptr : q8, xs, sums, c.bits,"),
     "qnoload": (QUANT,
-                "    load4<DTYPE>(x, (size_t)row * k + g * 128 + lane * 4, v);\n",
+                "    load4<DTYPE>(xp, v);\n",
                 "    for (int j = 0; j < 4; ++j)  // KNOCKOUT (timing only): no x load\n"
                 "        v[j] = (float)((lane * 4 + j) * 37 % 255 - 127) * (float)(g + 1);\n"),
-    "qnoq8": (QUANT,
-              "        out[j * 32] = (int8_t)qi;\n",
-              "        if (!bits) out[j * 32] = (int8_t)qi;  // KNOCKOUT (timing only): no q8 beside the slices\n"),
     "qnodiv": (QUANT,
-               "        const float q = rintf(__fdiv_rn(v[j], div));\n",
-               "        const float q = rintf(v[j] * __frcp_rn(div));  // KNOCKOUT (timing only): no division\n"),
+               "    rint_quotients(v, div, rcp, q);\n",
+               "    for (int j = 0; j < 4; ++j) q[j] = rintf(v[j] * rcp);  // KNOCKOUT (timing only): no near-half check\n"),
 }
 
 
 def make_tree(name: str, rev: str) -> Path:
-    path, *pairs = PATCHES[name]
-    dest = ROOT / "exp" / name
+    """exp/NAME ('+' becomes '-'): REV with the knockouts of NAME's '+'-separated parts."""
+    dest = ROOT / "exp" / name.replace("+", "-")
     if dest.exists():
         raise SystemExit(f"{dest} exists; remove it first")
     archive = subprocess.run(["git", "-C", str(ROOT), "archive", rev], check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         members = [m for m in tar.getmembers() if not m.name.startswith("bench/results/")]
         tar.extractall(dest, members=members, filter="data")
-    src = dest / path
-    text = src.read_text()
-    for anchor, replacement in zip(pairs[::2], pairs[1::2]):
-        if text.count(anchor) != 1:
-            raise SystemExit(f"{name}: the anchor text occurs {text.count(anchor)} times in {path} at {rev} "
-                             "(expected once); update PATCHES")
-        text = text.replace(anchor, replacement)
-    src.write_text(text)
+    for part in name.split("+"):
+        path, *pairs = PATCHES[part]
+        src = dest / path
+        text = src.read_text()
+        for anchor, replacement in zip(pairs[::2], pairs[1::2]):
+            if text.count(anchor) != 1:
+                raise SystemExit(f"{part}: the anchor text occurs {text.count(anchor)} times in {path} at {rev} "
+                                 "(expected once); update PATCHES")
+            text = text.replace(anchor, replacement)
+        src.write_text(text)
     commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", rev], check=True,
                             capture_output=True, text=True).stdout.strip()
     (dest / ".commit").write_text(commit if name == "base" else f"{commit} knockout {name}")
     return dest
 
 
+def knockout_name(arg: str) -> str:
+    """argparse type: one knockout or several joined by '+'."""
+    parts = arg.split("+")
+    unknown = [p for p in parts if p not in PATCHES]
+    if unknown or (len(parts) > 1 and "base" in parts):
+        raise argparse.ArgumentTypeError(f"unknown knockout {', '.join(unknown) or 'base'} in {arg!r} "
+                                         f"(choose from {', '.join(sorted(PATCHES))})")
+    return arg
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("names", nargs="+", choices=sorted(PATCHES))
+    ap.add_argument("names", nargs="+", type=knockout_name, metavar="NAME",
+                    help=f"one of {', '.join(sorted(PATCHES))}, or several joined by '+'")
     ap.add_argument("--rev", default="HEAD", help="commit to patch (default HEAD)")
     args = ap.parse_args()
     for name in args.names:
-        print(f"exp/{name}: {args.rev} with the '{name}' knockout", file=sys.stderr)
+        print(f"exp/{name.replace('+', '-')}: {args.rev} with the '{name}' knockout", file=sys.stderr)
         make_tree(name, args.rev)
     return 0
 
