@@ -2,7 +2,8 @@
 tiles layout's lane words against the bit-sliced activations (reference.bitslice_q8) give the
 exact integer dot(code - 1, q) of every row and group. This checks the byte layout (pq2.h TILES,
 format version 2), the bit-sliced word order (common.cuh) and the combine formula the kernel
-uses, with the m16n8k256 .b1 fragment layout of the PTX ISA, without a GPU."""
+uses, with the m16n8k256 .b1 fragment layout of the PTX ISA, without a GPU. Also the quantiser's
+bit-slice lane program (quantize.cu), modelled lane by lane, against the same word order."""
 import numpy as np
 import pytest
 
@@ -80,3 +81,59 @@ def test_bitslice_words_by_hand():
         word = int(words[(b * 4 + tq) * 4 + w])
         assert (word >> (8 * c + 2 * s)) & 3 == 3 * bit
         assert (int(words[(b * 4 + tq) * 4 + 2 + w]) >> (8 * c + 2 * s)) & 3 == 2 * bit
+
+
+# ---- the quantiser's lane program (quantize.cu bitslice_group), modelled over a warp ----------
+
+def _byte_perm(a, b, sel):
+    """__byte_perm(a, b, sel) per lane: byte i of the result is byte (sel >> 4i) & 7 of {b:a}."""
+    both = np.stack([(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)])
+    lanes = np.arange(a.size)
+    out = np.zeros_like(a)
+    for i in range(4):
+        out |= both[(sel >> (4 * i)) & 7, lanes] << np.uint32(8 * i)
+    return out
+
+
+def bitslice_group_model(q):
+    """uint32[128]: the words quantize.cu's bitslice_group stores for one group, from q[32][4] (lane
+    L holds elements 4L..4L+3), following the device code step by step: the in-lane 8x8 bit
+    transpose (three masked swaps), the octet's 8x8 byte transpose (shuffles xor 4, 2, 1 with two
+    byte permutes each), times 3, and the store of lane 8 tq + b at words 16 b + 4 tq."""
+    u = np.asarray(q, dtype=np.int64).astype(np.uint32) & np.uint32(0xFF)
+    lo, hi = u[:, 0] | u[:, 1] << np.uint32(16), u[:, 2] | u[:, 3] << np.uint32(16)
+    for sh, mask in ((7, 0x00AA00AA), (14, 0x0000CCCC)):
+        for v in (lo, hi):
+            t = (v ^ (v >> np.uint32(sh))) & np.uint32(mask)
+            v ^= t ^ (t << np.uint32(sh))
+    t = (lo ^ (hi << np.uint32(4))) & np.uint32(0xF0F0F0F0)
+    lo, hi = lo ^ t, hi ^ (t >> np.uint32(4))
+    lane = np.arange(32)
+    j = lane & 7
+    x4, x2, x1 = (j & 4) > 0, (j & 2) > 0, (j & 1) > 0
+    r = np.where(x4, lo, hi)[lane ^ 4]
+    a4, b4 = np.where(x4, r, lo), np.where(x4, hi, r)
+    r = _byte_perm(a4, b4, np.where(x2, 0x5410, 0x7632))[lane ^ 2]
+    a2, b2 = _byte_perm(a4, r, np.where(x2, 0x3254, 0x5410)), _byte_perm(b4, r, np.where(x2, 0x3276, 0x7610))
+    r = _byte_perm(a2, b2, np.where(x1, 0x6420, 0x7531))[lane ^ 1]
+    w0, w1 = _byte_perm(a2, r, np.where(x1, 0x3514, 0x5240)), _byte_perm(b2, r, np.where(x1, 0x3716, 0x7260))
+    b1_0, b1_1 = w0 * np.uint32(3), w1 * np.uint32(3)
+    words = np.zeros(128, dtype=np.uint32)
+    at = 4 * (4 * j + (lane >> 3))
+    for i, v in enumerate((b1_0, b1_1, b1_0 & np.uint32(0xAAAAAAAA), b1_1 & np.uint32(0xAAAAAAAA))):
+        words[at + i] = v
+    return words
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_quantiser_bitslice_program_matches_the_layout(seed):
+    """The quantiser's bit-slice lane program (a model of its device code) writes exactly
+    reference.bitslice_q8's words: random q, the int8 ends, zeros (bench/NOTES.md v17b)."""
+    rng = np.random.default_rng(seed)
+    q = rng.integers(-127, 128, size=(32, 4))
+    if seed == 1:
+        q = rng.choice(np.array([-127, 127, 64, 0, 1, -1]), size=(32, 4))
+    if seed == 2:
+        q[:] = 0
+    q8 = np.asarray(q, dtype=np.int8).T.reshape(1, 128)  # plane order: position s*32 + L holds element 4L+s
+    assert np.array_equal(bitslice_group_model(q), R.bitslice_q8(q8)[0, 0])

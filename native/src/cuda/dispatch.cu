@@ -326,16 +326,15 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int
     // that also clears the counters: the bit-sliced q8 (m == 1) or the token-constant records
     // (2 <= m <= 8). Both are programmatic dependent launches where the device has them, as in
     // pq2_matmul_cuda: the matmul streams its first weights meanwhile (NOTES v14c).
-    bool after_kernel = false;
+    const bool pdl = pq2_pdl_ok();
     if (c.bits) {
-        PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, c.bits, counters, n_counters, pq2_pdl_ok(), s));
-        after_kernel = pq2_pdl_ok();
+        PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, c.bits, counters, n_counters, pdl, s));
     } else if (c.records) {
-        PQ2_CHECK(pq2_token_records_launch(fn, scales, sums, m, c.v.k, c.records, counters, n_counters, pq2_pdl_ok(), s));
-        after_kernel = pq2_pdl_ok();
+        PQ2_CHECK(pq2_token_records_launch(fn, scales, sums, m, c.v.k, c.records, counters, n_counters, pdl, s));
     } else if (n_counters > 0) {
         PQ2_CUDA_TRY(fn, cudaMemsetAsync(counters, 0, (size_t)n_counters * sizeof(uint32_t), s));
     }
+    const bool after_kernel = pdl && (c.bits || c.records);  // the matmul follows a PDL launch
     PQ2_CHECK(run_decode(fn, c.v, c.cfg, c.blocks, m, q8, scales, sums, y, y_dtype, c.ws, c.plan, after_kernel, s));
     return pq2_ok();
 }
