@@ -168,8 +168,8 @@ def main() -> int:
     ap.add_argument("--rev", default="HEAD", help="commit to patch (default HEAD)")
     args = ap.parse_args()
     for name in args.names:
-        print(f"exp/{name.replace('+', '-')}: {args.rev} with the '{name}' knockout", file=sys.stderr)
-        make_tree(name, args.rev)
+        dest = make_tree(name, args.rev)
+        print(f"{dest.relative_to(ROOT)}: {args.rev} with the '{name}' knockout", file=sys.stderr)
     return 0
 
 

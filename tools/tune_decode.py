@@ -27,6 +27,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the checko
 FAMILY_CHOICES = ("stream", "rowblock", "persistent", "splits", "coarse")  # what --families can name
 
 
+def persistent_blocks(w):
+    """Blocks per SM of a persistent grid of w-warp blocks: half or all of what 64 warps allow."""
+    return sorted({max(1, 32 // w), 64 // w})
+
+
 def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES, warps=None):
     """Configurations to time: tuples in CONFIG_FIELDS order (refused ones are skipped). warps:
     the warps per block of the register families (rowblock, persistent, splits, coarse) instead
@@ -44,8 +49,8 @@ def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES, warp
         for w in W((4, 8, 16)):  # batches of 4 units (rt 2, m <= 8)
             yield (layout_rt, w, 4, 1, 0, 1, 0)
     if "persistent" in families and layout == "tiles":  # register kernels on a persistent grid:
-        for w, u, s in itertools.product(W((2, 4, 8, 16)), (1, 2, 4), (1, 2)):  # half or all of the
-            for b in sorted({max(1, 32 // w), 64 // w}):  # blocks per SM 64 warps allow
+        for w, u, s in itertools.product(W((2, 4, 8, 16)), (1, 2, 4), (1, 2)):
+            for b in persistent_blocks(w):
                 yield (layout_rt, w, u, s, b, 1, 0)
     if "rowblock" in families and layout == "planes":  # register kernels only (no ring)
         for rt, w, u, s in itertools.product((1, 2), W((2, 4, 8, 16)), (1, 2), (1, 2)):
@@ -58,7 +63,7 @@ def search_space(layout, layout_rt, m, wide=False, families=FAMILY_CHOICES, warp
         for w, s in itertools.product(W((4, 8, 16)), (1, 2)):  # on rt 2 tiles: two tile rows per
             yield (4, w, 1, s, 0, 1, 0)  # block, each activation fragment used for 4 sub-tiles
         for w in W((4, 8, 16)):
-            for b in sorted({max(1, 32 // w), 64 // w}):
+            for b in persistent_blocks(w):
                 yield (4, w, 1, 1, b, 1, 0)
 
 
