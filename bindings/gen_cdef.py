@@ -6,6 +6,7 @@ small Python module holding that text, which the package's loader hands to cffi 
 
     python bindings/gen_cdef.py native/include/pq2.h -o build/_cdef.py
 """
+
 import argparse
 import re
 import sys

@@ -5,6 +5,7 @@ file). PYQ2_LIBRARY=/path/to/libpq2.so overrides it. The cffi declarations come 
 pyq2/_cdef.py, generated at build time from native/include/pq2.h by bindings/gen_cdef.py; in a
 source checkout without a build they are derived from the header directly.
 """
+
 from __future__ import annotations
 
 import importlib.resources
@@ -28,19 +29,23 @@ def library_name() -> str:
 
 def _cdef_and_abi():
     try:
-        from . import _cdef  # generated at build time
-        return _cdef.CDEF, _cdef.ABI_VERSION
+        from ._cdef import ABI_VERSION, CDEF  # generated at build time
     except ImportError:
         pass
+    else:
+        return CDEF, ABI_VERSION
     # Source checkout: derive from the header with the same code the build uses.
     root = Path(__file__).resolve().parent.parent
     header, gen = root / "native" / "include" / "pq2.h", root / "bindings" / "gen_cdef.py"
     if not (header.is_file() and gen.is_file()):
         raise LibraryError(
             "pyq2 is not built: pyq2/_cdef.py is missing and no source checkout is around it. "
-            "Install the package with `pip install .` from the pyq2 source tree.")
+            "Install the package with `pip install .` from the pyq2 source tree."
+        )
     import importlib.util
+
     spec = importlib.util.spec_from_file_location("_pyq2_gen_cdef", gen)
+    assert spec is not None and spec.loader is not None  # gen is an existing .py file
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     text = header.read_text(encoding="utf-8")
@@ -53,14 +58,17 @@ def library_path() -> Path:
     if override:
         p = Path(override)
         if not p.is_file():
-            raise LibraryError(f"{ENV_LIBRARY}={override!r} is not a file. Point it at a built "
-                               f"{library_name()} or unset it to use the bundled library.")
+            raise LibraryError(
+                f"{ENV_LIBRARY}={override!r} is not a file. Point it at a built "
+                f"{library_name()} or unset it to use the bundled library."
+            )
         return p
     p = Path(str(importlib.resources.files("pyq2") / library_name()))
     if not p.is_file():
         raise LibraryError(
             f"the bundled {library_name()} is missing from {p.parent}. Reinstall pyq2 with "
-            f"`pip install .` (it builds the library), or set {ENV_LIBRARY} to a built copy.")
+            f"`pip install .` (it builds the library), or set {ENV_LIBRARY} to a built copy."
+        )
     return p
 
 
@@ -73,6 +81,7 @@ def load():
         if _loaded is not None:
             return _loaded
         import cffi
+
         cdef, abi = _cdef_and_abi()
         ffi = cffi.FFI()
         ffi.cdef(cdef)
@@ -80,14 +89,18 @@ def load():
         try:
             lib = ffi.dlopen(str(path))
         except OSError as e:
-            raise LibraryError(f"cannot load {path}: {e}. If it names a missing CUDA library "
-                               "(libcudart), install the CUDA runtime or build with "
-                               "-DPQ2_CUDA=OFF.") from e
+            raise LibraryError(
+                f"cannot load {path}: {e}. If it names a missing CUDA library "
+                "(libcudart), install the CUDA runtime or build with "
+                "-DPQ2_CUDA=OFF."
+            ) from e
         got = lib.pq2_abi_version()
         if got != abi:
-            raise LibraryError(f"{path} has ABI version {got} but this pyq2 expects {abi}: the "
-                               f"library and the Python package come from different builds. "
-                               f"Reinstall with `pip install .` or fix {ENV_LIBRARY}.")
+            raise LibraryError(
+                f"{path} has ABI version {got} but this pyq2 expects {abi}: the "
+                f"library and the Python package come from different builds. "
+                f"Reinstall with `pip install .` or fix {ENV_LIBRARY}."
+            )
         _loaded = (ffi, lib)
         return _loaded
 

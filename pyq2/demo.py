@@ -6,16 +6,23 @@ floats by the reference quantizer (pyq2.formats.pq2_quantize), the output head i
 norms, and prism.hadamard.* metadata with explicit sign vectors. run_demo() repacks it to the
 tile-major layout, verifies the result and reports.
 """
+
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from . import formats, gguf_io
-from .gguf_io import GGUFValueType as V, OutTensor
+from .gguf_io import GGUFValueType as V
+from .gguf_io import OutTensor
+from .gguf_types import F32, PQ2_0, PTQ1_0
+from .info import format_info
+from .repack import repack
+from .verify import verify
 
 ARCH = "qwen35"
 HADAMARD_BLOCK = 128
@@ -27,22 +34,34 @@ def _weight_shapes(n_layers: int, hidden: int, ffn: int, vocab: int, n_head: int
     shapes = [("token_embd.weight", hidden, vocab)]
     for i in range(n_layers):
         b = f"blk.{i}."
-        shapes += [(b + "attn_q.weight", hidden, n_head * head_dim),
-                   (b + "attn_k.weight", hidden, n_head_kv * head_dim),
-                   (b + "attn_v.weight", hidden, n_head_kv * head_dim),
-                   (b + "attn_output.weight", n_head * head_dim, hidden),
-                   (b + "ffn_gate.weight", hidden, ffn),
-                   (b + "ffn_up.weight", hidden, ffn),
-                   (b + "ffn_down.weight", ffn, hidden)]
+        shapes += [
+            (b + "attn_q.weight", hidden, n_head * head_dim),
+            (b + "attn_k.weight", hidden, n_head_kv * head_dim),
+            (b + "attn_v.weight", hidden, n_head_kv * head_dim),
+            (b + "attn_output.weight", n_head * head_dim, hidden),
+            (b + "ffn_gate.weight", hidden, ffn),
+            (b + "ffn_up.weight", hidden, ffn),
+            (b + "ffn_down.weight", ffn, hidden),
+        ]
     return shapes
 
 
-def write_demo_model(path, seed: int = 0, n_layers: int = 2, hidden: int = 256, ffn: int = 768,
-                     vocab: int = 1024, n_head: int = 4, n_head_kv: int = 1) -> Path:
+def write_demo_model(
+    path,
+    seed: int = 0,
+    n_layers: int = 2,
+    hidden: int = 256,
+    ffn: int = 768,
+    vocab: int = 1024,
+    n_head: int = 4,
+    n_head_kv: int = 1,
+) -> Path:
     """Write the demo model to `path` (same seed and sizes give the same bytes) and return it."""
     if hidden % HADAMARD_BLOCK or ffn % HADAMARD_BLOCK or hidden % n_head:
-        raise ValueError(f"hidden ({hidden}) and ffn ({ffn}) must be multiples of "
-                         f"{HADAMARD_BLOCK}, hidden of n_head ({n_head})")
+        raise ValueError(
+            f"hidden ({hidden}) and ffn ({ffn}) must be multiples of "
+            f"{HADAMARD_BLOCK}, hidden of n_head ({n_head})"
+        )
     rng = np.random.default_rng(seed)
     tensors: list[tuple[OutTensor, np.ndarray]] = []
 
@@ -51,14 +70,13 @@ def write_demo_model(path, seed: int = 0, n_layers: int = 2, hidden: int = 256, 
         raw = formats.pq2_quantize(w)
         if ptq1:
             data = formats.pq2_to_ptq1(raw, blocks_per_row=k // 128)
-            tensors.append((OutTensor(name, gguf_io.PTQ1_0, (k, n), data.nbytes), data))
+            tensors.append((OutTensor(name, PTQ1_0, (k, n), data.nbytes), data))
         else:
-            tensors.append((OutTensor(name, gguf_io.PQ2_0, (k, n), raw.nbytes), raw))
+            tensors.append((OutTensor(name, PQ2_0, (k, n), raw.nbytes), raw))
 
     def f32(name, n):
         data = (1.0 + 0.1 * rng.standard_normal(n)).astype("<f4")
-        tensors.append((OutTensor(name, gguf_io.F32, (n,), data.nbytes),
-                        data))
+        tensors.append((OutTensor(name, F32, (n,), data.nbytes), data))
 
     folded = []
     for name, k, n in _weight_shapes(n_layers, hidden, ffn, vocab, n_head, n_head_kv):
@@ -76,7 +94,7 @@ def write_demo_model(path, seed: int = 0, n_layers: int = 2, hidden: int = 256, 
     widths = sorted({hidden, ffn})
     signs = np.concatenate([rng.choice(np.array([-1, 1], np.int32), w) for w in widths])
     tokens = [f"<tok{i}>" for i in range(vocab)]
-    kv = [
+    kv: list[tuple[Any, ...]] = [
         ("general.architecture", V.STRING, ARCH),
         ("general.name", V.STRING, "pyq2 demo (Bonsai-like)"),
         ("general.file_type", V.UINT32, 141),  # LLAMA_FTYPE_MOSTLY_PQ2_0
@@ -104,27 +122,22 @@ def write_demo_model(path, seed: int = 0, n_layers: int = 2, hidden: int = 256, 
         ("prism.hadamard.inverse_weight_names", V.ARRAY, ["token_embd.weight"], V.STRING),
     ]
     records = [gguf_io.encode_kv(*item) for item in kv]
-    gguf_io.write_gguf(path, records, [t for t, _ in tensors],
-                       lambda i, t: (tensors[i][1],))
+    gguf_io.write_gguf(path, records, [t for t, _ in tensors], lambda i, t: (tensors[i][1],))
     return Path(path)
 
 
 def run_demo(out_dir=None, echo=print) -> dict:
     """Generate the demo model in out_dir (a new temporary directory by default), repack it to
     tiles, verify, and echo info and the summary. Returns the paths and results."""
-    from . import repack as rp
-    from .cli import format_info
-
     out_dir = Path(out_dir) if out_dir is not None else Path(tempfile.mkdtemp(prefix="pyq2-demo-"))
     os.makedirs(out_dir, exist_ok=True)
     model = write_demo_model(out_dir / "demo-bonsai-pq2.gguf")
     echo(f"generated {model} ({model.stat().st_size / 1e6:.2f} MB, seed 0)")
-    summary = rp.repack(model, layout="tiles", rt=2, force=True)
-    result = rp.verify(model, summary.out_path)
+    summary = repack(model, layout="tiles", rt=2, force=True)
+    result = verify(model, summary.out_path)
     echo("")
     echo(format_info(summary.out_path))
     echo("")
     echo(summary.line())
     echo(("verify: " if result.ok else "verify FAILED: ") + result.message)
-    return {"model": str(model), "repacked": summary.out_path, "summary": summary,
-            "verify": result}
+    return {"model": str(model), "repacked": summary.out_path, "summary": summary, "verify": result}

@@ -20,3 +20,7 @@ class LibraryError(Pq2Error):
 
 class FormatError(ValueError):
     """Malformed input data or file: bad magic, truncated, unknown type, bad shape, bad scale."""
+
+
+class RepackError(ValueError):
+    """A request pyq2 refuses: output equals input, output exists, bad layout, rt or backend."""

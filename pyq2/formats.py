@@ -1,7 +1,7 @@
 """Byte layouts of the block formats: the one Python module that knows them.
 
-Spec: shared/docs/FORMATS.md and the FORMATS comment of native/include/pq2.h. Everything here is
-vectorised over blocks (shifts by broadcast); nothing loops per element.
+Spec: FORMATS.md at the repository root (native/include/pq2.h summarises it). Everything here
+is vectorised over blocks (shifts by broadcast); nothing loops per element.
 
     PQ2_0   34 bytes / 128 weights: fp16 d, qs[32]; weight j = 2-bit code at shift 2*(j%4) of
             qs[j/4]; value (code - 1) * d; code 3 (+2) is valid.
@@ -14,6 +14,7 @@ Buffers are anything numpy can view as bytes (bytes, bytearray, memoryview, uint
 shape). Results are fresh uint8 arrays. Scales are copied as fp16 values without arithmetic, so
 their bits (NaN payloads included) survive every conversion.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -58,6 +59,7 @@ _POW3_ASC = np.array([1, 3, 9, 27, 81], dtype=np.int32)
 
 # ---- buffers -------------------------------------------------------------------------------
 
+
 def as_bytes(buf) -> np.ndarray:
     """A flat uint8 view (or contiguous copy) of any bytes-like object or uint8 array."""
     if isinstance(buf, np.ndarray):
@@ -72,8 +74,10 @@ def as_blocks(buf, fmt: str = "PQ2_0") -> np.ndarray:
     dt = _FORMATS[fmt]
     b = as_bytes(buf)
     if b.size % dt.itemsize:
-        raise FormatError(f"{fmt}: {b.size} bytes is not a whole number of {dt.itemsize}-byte "
-                          f"blocks ({b.size % dt.itemsize} bytes left over)")
+        raise FormatError(
+            f"{fmt}: {b.size} bytes is not a whole number of {dt.itemsize}-byte "
+            f"blocks ({b.size % dt.itemsize} bytes left over)"
+        )
     return b.view(dt)
 
 
@@ -93,6 +97,7 @@ def _block_name(block: int, blocks_per_row: int | None) -> str:
 
 
 # ---- PQ2_0 ---------------------------------------------------------------------------------
+
 
 def pq2_unpack(blocks) -> tuple[np.ndarray, np.ndarray]:
     """(codes uint8[nb,128], d float16[nb]) of PQ2_0 blocks."""
@@ -133,19 +138,28 @@ def pq2_matrix_bytes(n: int, k: int) -> int:
     return n * (k // PQ2_BLOCK_WEIGHTS) * PQ2_BLOCK_BYTES
 
 
+def check_shape(n: int, k: int) -> int:
+    """G = k/128, the blocks per row of an n x k PQ2_0 matrix, after checking the shape."""
+    if n < 1 or k < 1 or k % PQ2_BLOCK_WEIGHTS:
+        raise ValueError(
+            f"bad PQ2_0 matrix shape N={n}, K={k}: need N >= 1 and K a positive "
+            f"multiple of {PQ2_BLOCK_WEIGHTS}"
+        )
+    return k // PQ2_BLOCK_WEIGHTS
+
+
 def check_matrix(raw, n: int, k: int) -> int:
     """G = k/128 of a raw PQ2_0 matrix after checking its shape and its byte count."""
-    if n < 1 or k < 1 or k % PQ2_BLOCK_WEIGHTS:
-        raise ValueError(f"bad PQ2_0 matrix shape N={n}, K={k}: need N >= 1 and K a positive "
-                         f"multiple of {PQ2_BLOCK_WEIGHTS}")
+    g = check_shape(n, k)
     size = as_bytes(raw).size
     want = pq2_matrix_bytes(n, k)
     if size != want:
         raise FormatError(f"PQ2_0 matrix N={n}, K={k} takes {want} bytes, buffer has {size}")
-    return k // PQ2_BLOCK_WEIGHTS
+    return g
 
 
 # ---- PTQ1_0 --------------------------------------------------------------------------------
+
 
 def _digits(b: np.ndarray, ndigits: int) -> np.ndarray:
     """Base-3 digits 0..ndigits-1 of packed bytes b (...,) -> (..., ndigits), each in 0..2."""
@@ -190,9 +204,11 @@ def ptq1_pack(codes, d, blocks_per_row: int | None = None) -> np.ndarray:
     hit = _first_code3(c)
     if hit is not None:
         block, j = hit
-        raise FormatError(f"PQ2_0 {_block_name(block, blocks_per_row)} holds code 3 (+2) at "
-                          f"weight {j}: PTQ1_0 has no encoding for it "
-                          f"({int((c == 3).any(axis=1).sum())} such blocks in all)")
+        raise FormatError(
+            f"PQ2_0 {_block_name(block, blocks_per_row)} holds code 3 (+2) at "
+            f"weight {j}: PTQ1_0 has no encoding for it "
+            f"({int((c == 3).any(axis=1).sum())} such blocks in all)"
+        )
     nb = c.shape[0]
     out = np.zeros(nb, dtype=PTQ1_BLOCK)
     # Inverses of the orders in ptq1_unpack.
@@ -204,6 +220,7 @@ def ptq1_pack(codes, d, blocks_per_row: int | None = None) -> np.ndarray:
 
 
 # ---- TQ2_0 ---------------------------------------------------------------------------------
+
 
 def tq2_unpack(blocks66) -> tuple[np.ndarray, np.ndarray]:
     """(codes uint8[nb,256], d float16[nb]) of TQ2_0 blocks."""
@@ -226,6 +243,7 @@ def tq2_pack(codes, d) -> np.ndarray:
 
 # ---- conversions on raw byte buffers (flat uint8 results) ----------------------------------
 
+
 def ptq1_to_pq2(buf) -> np.ndarray:
     """PTQ1_0 blocks -> PQ2_0 blocks, lossless, same scales."""
     codes, d = ptq1_unpack(buf)
@@ -245,6 +263,7 @@ def pq2_to_ptq1(buf, blocks_per_row: int | None = None) -> np.ndarray:
 
 
 # ---- arithmetic ----------------------------------------------------------------------------
+
 
 def pq2_dequantize(raw, n: int, k: int) -> np.ndarray:
     """float32[n,k] = (code - 1) * d. Exact: a small integer times an fp16 value fits in fp32."""
@@ -271,8 +290,10 @@ def pq2_quantize(w) -> np.ndarray:
     """
     w = np.asarray(w)
     if w.ndim != 2 or w.shape[1] % PQ2_BLOCK_WEIGHTS or w.shape[0] < 1:
-        raise ValueError(f"pq2_quantize: need w[n, k] with k a multiple of "
-                         f"{PQ2_BLOCK_WEIGHTS}, got shape {w.shape}")
+        raise ValueError(
+            f"pq2_quantize: need w[n, k] with k a multiple of "
+            f"{PQ2_BLOCK_WEIGHTS}, got shape {w.shape}"
+        )
     blocks = w.astype(np.float64).reshape(-1, PQ2_BLOCK_WEIGHTS)
     if not np.isfinite(blocks).all():
         i = int(np.argmax(~np.isfinite(blocks).all(axis=1)))
@@ -281,20 +302,41 @@ def pq2_quantize(w) -> np.ndarray:
         d16 = np.abs(blocks).max(axis=1).astype(np.float16)
     if np.isinf(d16).any():
         i = int(np.argmax(np.isinf(d16)))
-        raise ValueError(f"pq2_quantize: block {i} has max|w| = "
-                         f"{np.abs(blocks[i]).max():g}, beyond fp16 (65504)")
+        raise ValueError(
+            f"pq2_quantize: block {i} has max|w| = {np.abs(blocks[i]).max():g}, beyond fp16 (65504)"
+        )
     d = d16.astype(np.float64)[:, None]
     q = _round_half_away(blocks / np.where(d == 0, 1.0, d))
     codes = np.where(d == 0, 1, np.clip(q + 1, 0, 3)).astype(np.uint8)
     return pq2_pack(codes, d16).reshape(-1)
 
 
-def check_scales(buf, fmt: str = "PQ2_0", blocks_per_row: int | None = None) -> None:
-    """FormatError naming the first block whose fp16 scale is NaN or infinite."""
+def check_scales(
+    buf,
+    fmt: str = "PQ2_0",
+    blocks_per_row: int | None = None,
+    *,
+    tensor: str | None = None,
+    first_row: int = 0,
+) -> None:
+    """FormatError naming the first block of `buf` whose fp16 scale is NaN or infinite.
+
+    With blocks_per_row (K/128 for PQ2_0) the block is named by row and block within the row;
+    buf then holds rows first_row, first_row + 1, ... of a matrix (a slice of a larger one), and
+    the message names the matrix `tensor` when given.
+    """
     d = as_blocks(buf, fmt)["d"]
     bad = ~np.isfinite(d)
-    if bad.any():
-        block = int(np.argmax(bad))
-        raise FormatError(f"{fmt} {_block_name(block, blocks_per_row)} has scale {d[block]} "
-                          f"(bits 0x{int(d[block:block + 1].view('<u2')[0]):04x}); "
-                          f"{int(bad.sum())} non-finite scales in all")
+    if not bad.any():
+        return
+    b = int(np.argmax(bad))
+    if blocks_per_row:
+        where = f"row {first_row + b // blocks_per_row}, block {b % blocks_per_row}"
+    else:
+        where = f"block {b}"
+    what = f"tensor '{tensor}':" if tensor is not None else fmt
+    bits = int(d[b : b + 1].view("<u2")[0])
+    raise FormatError(
+        f"{what} {where} has scale {d[b]} (bits 0x{bits:04x}); {int(bad.sum())} non-finite "
+        f"scales among the {d.size} blocks checked"
+    )

@@ -1,11 +1,7 @@
-"""GGUF reading and streaming writing for pyq2; the one module that knows the `gguf` package.
+"""GGUF reading and streaming writing for pyq2: the file mechanics, on top of the `gguf` package.
 
-Private ggml types
-    PQ2_0 (id 142, 128 weights in 34 bytes) and PTQ1_0 (id 143, 128 weights in 28 bytes) are
-    defined by the PrismML llama.cpp fork; the `gguf` package knows neither. `register_types()`
-    (run on import of this module, idempotent) adds both to `gguf.GGMLQuantizationType` and to
-    `gguf.GGML_QUANT_SIZES`, after which GGUFReader, GGUFWriter and gguf-dump handle them. Nothing
-    else in pyq2 touches gguf internals.
+The ggml types pyq2 adds to gguf live in pyq2.gguf_types (importing this module registers them);
+the pyq2.* keys of repacked files, and what they say about a weight, live in pyq2.metadata.
 
 Reading (`open_gguf`)
     GGUFReader memory-maps the file (np.memmap); tensor bytes are views of a second read-only
@@ -13,26 +9,6 @@ Reading (`open_gguf`)
     so resident memory stays near one tensor however large the file is. Malformed files raise
     pyq2.errors.FormatError naming the problem: bad magic, truncation, unknown type id, a row
     length that is not a whole number of blocks (K % 128 for PQ2_0), misaligned tensor offsets.
-
-How repacked weights are stored (format version PQ2_FORMAT_VERSION = 2)
-    A weight repacked into the `planes` or `tiles` layout is NOT stored under its quantisation
-    type: the bytes are no longer PQ2_0 blocks, and a host that does not know pyq2 must never
-    read them as if they were. Each such tensor is written as ggml type I8 (24), 1-D, with one
-    element per byte, under the same tensor name. A llama.cpp-style loader that expects a 2-D
-    PQ2_0 tensor of that name then fails loudly on type and shape instead of computing garbage.
-    What the bytes are is recorded in metadata:
-
-        pyq2.format_version            u32     = 2
-        pyq2.layout                    string  "planes" or "tiles"
-        pyq2.tensor.<name>.layout      string  "planes" or "tiles"
-        pyq2.tensor.<name>.rt          u32     RT of the tile layout (1, 2, 4); 0 for planes
-        pyq2.tensor.<name>.shape       u64[]   logical ne of the weight as gguf orders it: [K, N]
-        pyq2.tensor.<name>.source_type u32     ggml type of the source: 142, 143 or 35
-
-    The pyq2.* keys follow all of the source's keys, which keep their order, types and bytes.
-    Layout `raw` writes plain PQ2_0 tensors (type 142, the logical shape) and no pyq2.* keys, so
-    repacking a planes/tiles file back to raw restores the original tensor bytes exactly when the
-    source was PQ2_0; PTQ1_0 and TQ2_0 sources come back as the equivalent PQ2_0 (same weights).
 
 Writing (`write_gguf`)
     Header, key/values and tensor infos are written first, then each tensor's bytes are asked
@@ -42,6 +18,7 @@ Writing (`write_gguf`)
     the destination at the end; on any failure (exception, KeyboardInterrupt, full disk) the
     temporary file is removed and no output exists.
 """
+
 from __future__ import annotations
 
 import mmap
@@ -49,93 +26,43 @@ import os
 import struct
 import tempfile
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 import numpy as np
+from gguf import GGUFReader, GGUFValueType
 
-from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFReader, GGUFValueType
-
-from . import formats
+from . import metadata
 from .errors import FormatError
+from .gguf_types import F32, I8, PQ2_0, PTQ1_0, TQ2_0, block_size, type_name, type_nbytes
+from .metadata import WeightInfo
+
+__all__ = [
+    "F32",
+    "I8",
+    "PQ2_0",
+    "PTQ1_0",
+    "TQ2_0",
+    "GGUFFile",
+    "GGUFValueType",
+    "OutTensor",
+    "Tensor",
+    "encode_kv",
+    "file_size",
+    "open_gguf",
+    "write_gguf",
+]
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
+# Page faults map a window around the faulting page (fault-around, 64 KB by default), so bytes
+# just before a released range may be mapped again: release() drops this much before it too.
 RELEASE_BEHIND = 1 << 20
-
-PQ2_0 = formats.PQ2_TYPE_ID  # 142
-PTQ1_0 = formats.PTQ1_TYPE_ID  # 143
-TQ2_0 = formats.TQ2_TYPE_ID  # 35, gguf's GGMLQuantizationType.TQ2_0
-I8 = int(GGMLQuantizationType.I8)  # 24
-F32 = int(GGMLQuantizationType.F32)  # 0
-
-PQ2_FORMAT_VERSION = 2  # pq2.h PQ2_FORMAT_VERSION
-LAYOUTS = ("raw", "planes", "tiles")
-KEY_PREFIX = "pyq2."
-KEY_FORMAT_VERSION = "pyq2.format_version"
-KEY_LAYOUT = "pyq2.layout"
-
-# (name, id, weights per block, bytes per block) of the private types.
-_PRIVATE_TYPES = (("PQ2_0", PQ2_0, formats.PQ2_BLOCK_WEIGHTS, formats.PQ2_BLOCK_BYTES),
-                  ("PTQ1_0", PTQ1_0, formats.PTQ1_BLOCK_WEIGHTS, formats.PTQ1_BLOCK_BYTES))
-
-
-# ---------------------------------------------------------------------------------- types ----
-
-def _add_enum_member(cls, name: str, value: int):
-    """Add `name = value` to an existing IntEnum, or return the member if it is already there."""
-    existing = cls._value2member_map_.get(value)
-    if existing is not None:
-        if existing.name != name:
-            raise RuntimeError(f"ggml type id {value} is already {cls.__name__}.{existing.name}, "
-                               f"cannot register it as {name}")
-        return existing
-    if name in cls._member_map_:
-        raise RuntimeError(f"{cls.__name__}.{name} already exists with id "
-                           f"{cls._member_map_[name].value}, cannot register id {value}")
-    # Build the member the way EnumType does for IntEnum: an int instance with the enum's slots.
-    member = int.__new__(cls, value)
-    member._name_ = name
-    member._value_ = value
-    member.__objclass__ = cls
-    member._sort_order_ = len(cls._member_names_)
-    add_member = getattr(cls, "_add_member_", None)  # Python >= 3.13 keeps its own bookkeeping
-    if add_member is not None:
-        add_member(name, member)
-    else:
-        type.__setattr__(cls, name, member)  # EnumType.__setattr__ refuses to bind members
-        cls._member_map_[name] = member
-    cls._member_names_.append(name)
-    cls._value2member_map_[value] = member
-    return member
-
-
-def register_types() -> None:
-    """Make gguf know PQ2_0 (142) and PTQ1_0 (143). Safe to call any number of times."""
-    for name, value, block, size in _PRIVATE_TYPES:
-        member = _add_enum_member(GGMLQuantizationType, name, value)
-        known = GGML_QUANT_SIZES.get(member)
-        if known is not None and known != (block, size):
-            raise RuntimeError(f"gguf already sizes {name} as {known}, expected {(block, size)}")
-        GGML_QUANT_SIZES[member] = (block, size)
-
-
-register_types()
-
-
-def type_name(type_id: int) -> str:
-    member = GGMLQuantizationType._value2member_map_.get(int(type_id))
-    return member.name if member is not None else f"type{int(type_id)}"
-
-
-def type_nbytes(type_id: int, ne: Sequence[int]) -> int:
-    """Bytes of a tensor of logical shape ne (gguf order, ne[0] innermost)."""
-    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(type_id)]
-    n = int(np.prod(ne, dtype=np.int64)) if len(ne) else 1
-    return n // block * size
 
 
 # --------------------------------------------------------------------------------- reading ----
+
 
 class _Truncated(Exception):
     pass
@@ -154,8 +81,10 @@ class _Reader(GGUFReader):
     def _get(self, offset, dtype, count=1, override_order=None):
         arr = super()._get(offset, dtype, count, override_order)
         if len(arr) < int(count):
-            raise _Truncated(f"needs {int(count) * arr.itemsize} bytes at offset {offset}, "
-                             f"the file has {len(self.data)}")
+            raise _Truncated(
+                f"needs {int(count) * arr.itemsize} bytes at offset {offset}, "
+                f"the file has {len(self.data)}"
+            )
         return arr
 
     def _get_field_parts(self, orig_offs, raw_type):
@@ -172,10 +101,12 @@ class _Reader(GGUFReader):
         if nptype is not None:
             size = np.dtype(nptype).itemsize
             if offs + n * size > len(self.data):
-                raise _Truncated(f"array of {n} {sub.name} at offset {offs} runs past the end "
-                                 f"of the file ({len(self.data)} bytes)")
+                raise _Truncated(
+                    f"array of {n} {sub.name} at offset {offs} runs past the end "
+                    f"of the file ({len(self.data)} bytes)"
+                )
             whole = self._get(offs, nptype, n)
-            parts += [whole[i:i + 1] for i in range(n)]
+            parts += [whole[i : i + 1] for i in range(n)]
             return 12 + n * size, parts, list(range(2, 2 + n)), types
         if sub == GGUFValueType.STRING:
             plain = self.data.view(np.ndarray)
@@ -184,13 +115,15 @@ class _Reader(GGUFReader):
             for _ in range(n):
                 if offs + 8 > end:
                     raise _Truncated(f"string length at offset {offs} is past the end of the file")
-                slen = plain[offs:offs + 8].view(np.uint64)
+                slen = plain[offs : offs + 8].view(np.uint64)
                 ln = int(slen[0])
                 if offs + 8 + ln > end:
-                    raise _Truncated(f"string of {ln} bytes at offset {offs} runs past the end "
-                                     f"of the file ({end} bytes)")
+                    raise _Truncated(
+                        f"string of {ln} bytes at offset {offs} runs past the end "
+                        f"of the file ({end} bytes)"
+                    )
                 parts.append(slen)
-                parts.append(plain[offs + 8:offs + 8 + ln])
+                parts.append(plain[offs + 8 : offs + 8 + ln])
                 data.append(len(parts) - 1)
                 offs += 8 + ln
             return offs - orig_offs, parts, data, types
@@ -203,23 +136,29 @@ class _Reader(GGUFReader):
             name = bytes(name_data).decode("utf-8", errors="replace")
             type_id = int(raw_dtype[0])
             ne = [int(d) for d in dims]
-            member = GGMLQuantizationType._value2member_map_.get(type_id)
-            if member is None:
+            sizes = block_size(type_id)
+            if sizes is None:
                 raise FormatError(f"tensor '{name}': unknown ggml type id {type_id}")
-            block, size = GGML_QUANT_SIZES[member]
+            block = sizes[0]
             if ne and ne[0] % block:
                 what = " (K must be a multiple of 128)" if type_id in (PQ2_0, PTQ1_0) else ""
-                raise FormatError(f"tensor '{name}' ({member.name}): K = {ne[0]} is not a "
-                                  f"multiple of the {block}-weight block{what}")
+                raise FormatError(
+                    f"tensor '{name}' ({type_name(type_id)}): K = {ne[0]} is not a "
+                    f"multiple of the {block}-weight block{what}"
+                )
             rel = int(offset_tensor[0])
             if rel % self.alignment:
-                raise FormatError(f"tensor '{name}': data offset {rel} is not a multiple of the "
-                                  f"alignment {self.alignment}")
+                raise FormatError(
+                    f"tensor '{name}': data offset {rel} is not a multiple of the "
+                    f"alignment {self.alignment}"
+                )
             nbytes = type_nbytes(type_id, ne)
             end = start_offs + rel + nbytes
             if end > file_size:
-                raise FormatError(f"file is truncated: tensor '{name}' ends at byte {end} but "
-                                  f"the file has {file_size} bytes")
+                raise FormatError(
+                    f"file is truncated: tensor '{name}' ends at byte {end} but "
+                    f"the file has {file_size} bytes"
+                )
         super()._build_tensors(start_offs, fields)
 
 
@@ -227,7 +166,7 @@ class _Reader(GGUFReader):
 class Tensor:
     name: str
     type_id: int
-    ne: tuple  # gguf order: ne[0] is the innermost (K for a weight matrix)
+    ne: tuple[int, ...]  # gguf order: ne[0] is the innermost (K for a weight matrix)
     nbytes: int
     offset: int  # absolute byte offset in the file
     index: int
@@ -235,21 +174,6 @@ class Tensor:
     @property
     def type_name(self) -> str:
         return type_name(self.type_id)
-
-
-@dataclass(frozen=True)
-class WeightInfo:
-    """A PQ2-family weight: stored raw (PQ2_0/PTQ1_0/TQ2_0) or repacked by pyq2 (I8 + metadata)."""
-    source_type: int  # 142, 143 or 35
-    layout: str  # "raw" for a plain ggml tensor
-    rt: int
-    ne: tuple  # logical shape, gguf order
-    k: int
-    n: int
-
-
-def tensor_key(tensor_name: str, attr: str) -> str:
-    return f"{KEY_PREFIX}tensor.{tensor_name}.{attr}"
 
 
 class GGUFFile:
@@ -261,17 +185,20 @@ class GGUFFile:
         with open(self.path, "rb") as f:
             head = f.read(8)
         if len(head) < 4 or head[:4] != GGUF_MAGIC:
-            raise FormatError(f"{self.path}: not a GGUF file (magic {head[:4]!r}, expected "
-                              f"{GGUF_MAGIC!r})" if head else f"{self.path}: empty file")
+            raise FormatError(
+                f"{self.path}: not a GGUF file (magic {head[:4]!r}, expected {GGUF_MAGIC!r})"
+                if head
+                else f"{self.path}: empty file"
+            )
         try:
-            self._reader = _Reader(self.path, "r")
+            r = _Reader(self.path, "r")
         except FormatError as e:
             raise FormatError(f"{self.path}: {e}") from None
         except _Truncated as e:
             raise FormatError(f"{self.path}: file is truncated: {e}") from None
         except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as e:
             raise FormatError(f"{self.path}: not a valid GGUF file: {e}") from None
-        r = self._reader
+        self._reader: _Reader | None = r
         if r.byte_order != "I":
             raise FormatError(f"{self.path}: big-endian GGUF files are not supported")
         self.size = size
@@ -280,14 +207,22 @@ class GGUFFile:
         self.data_offset = int(r.data_offset)
         # The reader's first three fields are the header, not key/values.
         self.fields: OrderedDict[str, Any] = OrderedDict(
-            (k, v) for i, (k, v) in enumerate(r.fields.items()) if i >= 3)
+            (k, v) for i, (k, v) in enumerate(r.fields.items()) if i >= 3
+        )
         self.tensors: list[Tensor] = [
-            Tensor(t.name, int(t.tensor_type), tuple(int(d) for d in t.shape), int(t.n_bytes),
-                   int(t.data_offset), i)
-            for i, t in enumerate(r.tensors)]
+            Tensor(
+                t.name,
+                int(t.tensor_type),
+                tuple(int(d) for d in t.shape),
+                int(t.n_bytes),
+                int(t.data_offset),
+                i,
+            )
+            for i, t in enumerate(r.tensors)
+        ]
         self._by_name = {t.name: t for t in self.tensors}
         self._file = open(self.path, "rb")
-        self._mm = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        self._mm: mmap.mmap | None = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
 
     # -- lifetime --
     def close(self) -> None:
@@ -301,6 +236,11 @@ class GGUFFile:
         if f is not None:
             f.close()
         self._reader = None
+
+    def _mapping(self) -> mmap.mmap:
+        if self._mm is None:
+            raise ValueError(f"{self.path} is closed")
+        return self._mm
 
     def __enter__(self):
         return self
@@ -338,7 +278,7 @@ class GGUFFile:
         """The complete key/value record (key, type, value) exactly as stored."""
         field = self.fields[key]
         size = sum(int(p.nbytes) for p in field.parts)
-        return bytes(self._reader.data[field.offset:field.offset + size])
+        return self._mapping()[field.offset : field.offset + size]
 
     # -- tensors --
     def tensor(self, name: str) -> Tensor:
@@ -347,7 +287,9 @@ class GGUFFile:
     def data(self, t: Tensor, start: int = 0, stop: int | None = None) -> np.ndarray:
         """uint8 view of a tensor's bytes [start:stop) (memory-mapped, read-only)."""
         stop = t.nbytes if stop is None else stop
-        return np.frombuffer(self._mm, dtype=np.uint8, count=stop - start, offset=t.offset + start)
+        return np.frombuffer(
+            self._mapping(), dtype=np.uint8, count=stop - start, offset=t.offset + start
+        )
 
     def release(self, t: Tensor, start: int = 0, stop: int | None = None) -> None:
         """Drop the pages of a tensor's bytes from this process (they stay in the page cache)."""
@@ -355,55 +297,21 @@ class GGUFFile:
             return
         stop = t.nbytes if stop is None else stop
         page = mmap.PAGESIZE
-        # Page faults map a window around the faulting page (fault-around, 64 KB by default), so
-        # bytes just before `start`, released earlier, may be mapped again: release them too.
         lo = max(0, (t.offset + start - RELEASE_BEHIND) // page * page)
         hi = min(-(-(t.offset + stop) // page) * page, len(self._mm))
         if hi > lo:
             self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     def weight_info(self, t: Tensor) -> WeightInfo | None:
-        """Describe a PQ2-family weight, or None for any other tensor."""
-        if t.type_id in (PQ2_0, PTQ1_0, TQ2_0):
-            ne = t.ne
-            return WeightInfo(t.type_id, "raw", 0, ne, ne[0], _rows(ne))
-        if not self.has(tensor_key(t.name, "layout")):
-            return None
-        where = f"{self.path}: tensor '{t.name}'"
-        version = self.value(KEY_FORMAT_VERSION)
-        if version != PQ2_FORMAT_VERSION:
-            hint = ("written by an older pyq2 (version 2 changed the tiles lane order): repack "
-                    "the original GGUF again" if isinstance(version, int) and version < PQ2_FORMAT_VERSION
-                    else "upgrade pyq2")
-            raise FormatError(f"{self.path}: pyq2.format_version is {version!r}; this pyq2 reads "
-                              f"version {PQ2_FORMAT_VERSION} ({hint})")
-        try:
-            layout = self.value(tensor_key(t.name, "layout"))
-            rt = int(self.value(tensor_key(t.name, "rt")))
-            ne = tuple(int(x) for x in self.value(tensor_key(t.name, "shape")))
-            source = int(self.value(tensor_key(t.name, "source_type")))
-        except (TypeError, ValueError) as e:
-            raise FormatError(f"{where}: incomplete pyq2 metadata ({e})") from None
-        if t.type_id != I8 or len(t.ne) != 1:
-            raise FormatError(f"{where}: pyq2 layout metadata on a {t.type_name} tensor of shape "
-                              f"{list(t.ne)} (expected 1-D I8)")
-        if layout not in ("planes", "tiles") or source not in (PQ2_0, PTQ1_0, TQ2_0) \
-                or not 1 <= len(ne) <= 2 or (layout == "tiles" and rt not in (1, 2, 4)):
-            raise FormatError(f"{where}: bad pyq2 metadata layout={layout!r} rt={rt} "
-                              f"shape={list(ne)} "
-                              f"source_type={source}")
-        if ne[0] % 128:
-            raise FormatError(f"{where}: K = {ne[0]} is not a multiple of 128")
-        return WeightInfo(source, layout, rt, ne, ne[0], _rows(ne))
+        """Describe a PQ2-family weight, or None for any other tensor (see pyq2.metadata)."""
+        return metadata.weight_info(self, t.name, t.type_id, t.ne)
 
     def validate_weight_bytes(self, t: Tensor, info: WeightInfo, expected: int) -> None:
         if t.nbytes != expected:
-            raise FormatError(f"{self.path}: tensor '{t.name}' holds {t.nbytes} bytes, but a "
-                              f"{info.layout} {list(info.ne)} weight takes {expected}")
-
-
-def _rows(ne) -> int:
-    return int(np.prod(ne[1:], dtype=np.int64)) if len(ne) > 1 else 1
+            raise FormatError(
+                f"{self.path}: tensor '{t.name}' holds {t.nbytes} bytes, but a "
+                f"{info.layout} {list(info.ne)} weight takes {expected}"
+            )
 
 
 def open_gguf(path) -> GGUFFile:
@@ -413,10 +321,17 @@ def open_gguf(path) -> GGUFFile:
 # --------------------------------------------------------------------------------- writing ----
 
 _SCALAR_FORMATS = {
-    GGUFValueType.UINT8: "<B", GGUFValueType.INT8: "<b", GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h", GGUFValueType.UINT32: "<I", GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f", GGUFValueType.UINT64: "<Q", GGUFValueType.INT64: "<q",
-    GGUFValueType.FLOAT64: "<d", GGUFValueType.BOOL: "<?",
+    GGUFValueType.UINT8: "<B",
+    GGUFValueType.INT8: "<b",
+    GGUFValueType.UINT16: "<H",
+    GGUFValueType.INT16: "<h",
+    GGUFValueType.UINT32: "<I",
+    GGUFValueType.INT32: "<i",
+    GGUFValueType.FLOAT32: "<f",
+    GGUFValueType.UINT64: "<Q",
+    GGUFValueType.INT64: "<q",
+    GGUFValueType.FLOAT64: "<d",
+    GGUFValueType.BOOL: "<?",
 }
 
 
@@ -425,8 +340,9 @@ def _pack_string(s) -> bytes:
     return struct.pack("<Q", len(b)) + b
 
 
-def encode_kv(key: str, vtype: GGUFValueType, value,
-              sub_type: GGUFValueType | None = None) -> bytes:
+def encode_kv(
+    key: str, vtype: GGUFValueType, value, sub_type: GGUFValueType | None = None
+) -> bytes:
     """One key/value record. Arrays take any sequence (numpy arrays are packed in one go)."""
     out = [_pack_string(key), struct.pack("<I", int(vtype))]
     if vtype == GGUFValueType.STRING:
@@ -453,7 +369,7 @@ def encode_kv(key: str, vtype: GGUFValueType, value,
 class OutTensor:
     name: str
     type_id: int
-    ne: tuple  # gguf order
+    ne: tuple[int, ...]  # gguf order
     nbytes: int
 
 
@@ -467,8 +383,12 @@ def _write(f, data) -> None:
 
 
 def _ti_record(t: OutTensor, rel_offset: int) -> bytes:
-    return (_pack_string(t.name) + struct.pack("<I", len(t.ne))
-            + struct.pack(f"<{len(t.ne)}Q", *t.ne) + struct.pack("<IQ", t.type_id, rel_offset))
+    return (
+        _pack_string(t.name)
+        + struct.pack("<I", len(t.ne))
+        + struct.pack(f"<{len(t.ne)}Q", *t.ne)
+        + struct.pack("<IQ", t.type_id, rel_offset)
+    )
 
 
 def _header(kv_records, tensors, alignment: int, version: int) -> bytes:
@@ -486,13 +406,19 @@ def _header(kv_records, tensors, alignment: int, version: int) -> bytes:
 def file_size(kv_records, tensors, alignment: int = DEFAULT_ALIGNMENT, version: int = 3) -> int:
     """Bytes write_gguf would write for these key/values and tensors."""
     return len(_header(kv_records, tensors, alignment, version)) + sum(
-        t.nbytes + _pad(t.nbytes, alignment) for t in tensors)
+        t.nbytes + _pad(t.nbytes, alignment) for t in tensors
+    )
 
 
-def write_gguf(path, kv_records: Sequence[bytes], tensors: Sequence[OutTensor],
-               tensor_data: Callable[[int, OutTensor], Iterable], *,
-               alignment: int = DEFAULT_ALIGNMENT,
-               version: int = 3) -> int:
+def write_gguf(
+    path,
+    kv_records: Sequence[bytes],
+    tensors: Sequence[OutTensor],
+    tensor_data: Callable[[int, OutTensor], Iterable],
+    *,
+    alignment: int = DEFAULT_ALIGNMENT,
+    version: int = 3,
+) -> int:
     """Write a GGUF file, streaming tensor data; returns the bytes written.
 
     kv_records: complete records (from GGUFFile.kv_record or encode_kv), in file order.
@@ -505,12 +431,15 @@ def write_gguf(path, kv_records: Sequence[bytes], tensors: Sequence[OutTensor],
         raise ValueError(f"alignment {alignment} is not a power of two")
     for t in tensors:
         if t.nbytes != type_nbytes(t.type_id, t.ne):
-            raise ValueError(f"tensor '{t.name}': {t.nbytes} bytes do not match "
-                             f"{type_name(t.type_id)} "
-                             f"of shape {list(t.ne)}")
+            raise ValueError(
+                f"tensor '{t.name}': {t.nbytes} bytes do not match "
+                f"{type_name(t.type_id)} "
+                f"of shape {list(t.ne)}"
+            )
     directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp",
-                               dir=directory)
+    fd, tmp = tempfile.mkstemp(
+        prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory
+    )
     try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as f:
             _write(f, _header(kv_records, tensors, alignment, version))

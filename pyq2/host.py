@@ -6,32 +6,28 @@ problem. Sizes are passed to the library in bytes; a failing call raises pyq2.er
 with the library's status name and message (pq2_last_error). Outputs are filled with NaN before
 the call where they are floating, so an element the library skipped cannot pass a comparison.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 from . import _native
-from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS, PTQ1_BLOCK_BYTES, TQ2_BLOCK_BYTES, \
-    as_bytes
-from .layouts import LAYOUTS
+from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS, PTQ1_BLOCK_BYTES, TQ2_BLOCK_BYTES, as_bytes
+from .layouts import layout_id
 
 
 def _layout(layout) -> int:
     # Names are resolved here; integers go to the library as they are, so it reports bad ones.
-    if isinstance(layout, str):
-        try:
-            return LAYOUTS[layout.lower()]
-        except KeyError:
-            raise ValueError(f"unknown layout {layout!r}: expected one of {sorted(LAYOUTS)}") \
-                from None
-    return int(layout)
+    return layout_id(layout) if isinstance(layout, str) else int(layout)
 
 
 def _f32(x, name: str) -> np.ndarray:
     x = np.asarray(x)
     if x.dtype != np.float32:
-        raise ValueError(f"{name} must be float32, got {x.dtype} (convert with "
-                         f".astype(np.float32) if that rounding is intended)")
+        raise ValueError(
+            f"{name} must be float32, got {x.dtype} (convert with "
+            f".astype(np.float32) if that rounding is intended)"
+        )
     if x.ndim != 2:
         raise ValueError(f"{name} must be 2-D (m, k), got shape {x.shape}")
     return np.ascontiguousarray(x)
@@ -59,29 +55,35 @@ def _weights(buf, n: int, k: int, layout, rt: int):
     data = as_bytes(buf)
     need = layout_bytes(layout, n, k, rt)
     if data.size != need:
-        raise ValueError(f"a PQ2_0 matrix N={n}, K={k} in layout {layout!r} (rt={rt}) takes "
-                         f"{need} bytes, the buffer has {data.size}")
+        raise ValueError(
+            f"a PQ2_0 matrix N={n}, K={k} in layout {layout!r} (rt={rt}) takes "
+            f"{need} bytes, the buffer has {data.size}"
+        )
     cdata = _in(ffi, data, "uint8_t")
-    w = ffi.new("pq2_weights *", {"data": cdata, "n": n, "k": k, "layout": _layout(layout),
-                                  "rt": rt})
+    w = ffi.new(
+        "pq2_weights *", {"data": cdata, "n": n, "k": k, "layout": _layout(layout), "rt": rt}
+    )
     return w, (data, cdata)
 
 
 # ---- layouts -------------------------------------------------------------------------------
+
 
 def convert_layout(buf, n: int, k: int, src, dst, src_rt: int = 0, dst_rt: int = 0) -> np.ndarray:
     """Flat uint8 bytes of the n x k matrix `buf` (layout src) in layout dst."""
     ffi, lib = _native.load()
     w, keep = _weights(buf, n, k, src, src_rt)
     out = np.empty(layout_bytes(dst, n, k, dst_rt), dtype=np.uint8)
-    _native.check(lib.pq2_convert_layout(w, _out(ffi, out, "uint8_t"), out.nbytes, _layout(dst),
-                                         dst_rt))
+    _native.check(
+        lib.pq2_convert_layout(w, _out(ffi, out, "uint8_t"), out.nbytes, _layout(dst), dst_rt)
+    )
     return out
 
 
 # ---- formats -------------------------------------------------------------------------------
 # n_blocks comes from the source size rounded down and src_bytes is the true size, so the
 # library itself reports a buffer that is not a whole number of blocks.
+
 
 def _to_pq2(fn, buf, src_block: int, pq2_per_block: int) -> np.ndarray:
     ffi, _ = _native.load()
@@ -110,12 +112,16 @@ def pq2_to_ptq1(buf, blocks_per_row: int | None = None) -> np.ndarray:
     nb = src.size // PQ2_BLOCK_BYTES
     out = np.empty(nb * PTQ1_BLOCK_BYTES, dtype=np.uint8)
     bpr = nb if blocks_per_row is None else blocks_per_row
-    _native.check(lib.pq2_pq2_to_ptq1(_in(ffi, src, "uint8_t"), src.size,
-                                      _out(ffi, out, "uint8_t"), out.nbytes, nb, bpr))
+    _native.check(
+        lib.pq2_pq2_to_ptq1(
+            _in(ffi, src, "uint8_t"), src.size, _out(ffi, out, "uint8_t"), out.nbytes, nb, bpr
+        )
+    )
     return out
 
 
 # ---- arithmetic ----------------------------------------------------------------------------
+
 
 def dequantize(buf, n: int, k: int, layout="raw", rt: int = 0) -> np.ndarray:
     """float32[n,k] = (code - 1) * d of the matrix in any layout."""
@@ -135,8 +141,16 @@ def quantize_q8(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     q8 = np.zeros((m, k), dtype=np.int8)
     scales = np.full((m, g), np.nan, dtype=np.float32)
     sums = np.zeros((m, g), dtype=np.int32)
-    _native.check(lib.pq2_quantize_q8_host(_in(ffi, x, "float"), m, k, _out(ffi, q8, "int8_t"),
-                                           _out(ffi, scales, "float"), _out(ffi, sums, "int32_t")))
+    _native.check(
+        lib.pq2_quantize_q8_host(
+            _in(ffi, x, "float"),
+            m,
+            k,
+            _out(ffi, q8, "int8_t"),
+            _out(ffi, scales, "float"),
+            _out(ffi, sums, "int32_t"),
+        )
+    )
     return q8, scales, sums
 
 

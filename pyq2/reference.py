@@ -4,6 +4,7 @@ quantize_q8 is bit-exact by construction (FORMATS.md "Activation quantisation");
 exact answer to the same Q8 problem (integer dots, scales applied in float64); matmul_float is the
 unquantised product the Q8 path approximates.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,14 +19,14 @@ INV_127_F32 = np.float32(1.0) / np.float32(Q8_MAX)
 
 
 def plane_order(k: int) -> np.ndarray:
-    """Index array p with q8[..., pos] = q[..., p[pos]] (plane order of pq2.h).
+    """Index array p with q8[..., pos] = q[..., p[pos]] (the plane order of FORMATS.md).
 
     Element i of a group sits at (i % 4) * 32 + i / 4, so plane s holds the activations that
     meet code s (shift 2s) of each weight byte.
     """
     if k % GROUP:
         raise ValueError(f"K={k} is not a multiple of {GROUP}")
-    i = np.arange(GROUP).reshape(32, 4).T.reshape(-1)      # pos (s, b) -> element 4b + s
+    i = np.arange(GROUP).reshape(32, 4).T.reshape(-1)  # pos (s, b) -> element 4b + s
     return (np.arange(0, k, GROUP)[:, None] + i).reshape(-1)
 
 
@@ -44,11 +45,11 @@ def _q8_groups(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     xg = x.reshape(m, k // GROUP, GROUP)
     a = np.abs(xg)
     amax = np.where(np.isnan(a), np.float32(0), a).max(axis=2)  # NaN ignored (an all-NaN group: 0)
-    scale = amax * INV_127_F32                           # fp32 reciprocal multiply
-    div = np.where(scale == 0, np.float32(1), scale)     # a zero group divides by 1
+    scale = amax * INV_127_F32  # fp32 reciprocal multiply
+    div = np.where(scale == 0, np.float32(1), scale)  # a zero group divides by 1
     with np.errstate(invalid="ignore", over="ignore"):
-        q = np.rint(xg / div[:, :, None])               # fp32 division, round half to even
-    q = np.where(np.isnan(q), np.float32(0), q)          # a NaN quotient (NaN, or inf / inf) is 0
+        q = np.rint(xg / div[:, :, None])  # fp32 division, round half to even
+    q = np.where(np.isnan(q), np.float32(0), q)  # a NaN quotient (NaN, or inf / inf) is 0
     q = np.clip(q, -Q8_MAX, Q8_MAX).astype(np.int8)
     return q, scale.astype(np.float32)
 
@@ -64,12 +65,12 @@ def quantize_q8(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.ascontiguousarray(q8), scales, sums
 
 
-BITS_GROUP_WORDS = 128  # common.cuh PQ2_BITS_GROUP_WORDS
+BITS_GROUP_WORDS = 128  # PQ2_BITS_GROUP_WORDS of native/src/cuda/codes.cuh
 
 
 def bitslice_q8(q8) -> np.ndarray:
     """uint32[m, k/128, 128]: the bit-sliced copy of plane-order q8[m, k] the m == 1 GPU kernels
-    read (common.cuh): word (b*4 + tq)*4 + w of a group is, for w in 0..1 ("B1"), bit b of the
+    read (codes.cuh): word (b*4 + tq)*4 + w of a group is, for w in 0..1 ("B1"), bit b of the
     q (two's complement byte) of element 32*tq + 16*w + 4*c + s at bits 8c + 2s and 8c + 2s + 1;
     for w in 2..3 ("B2"), word w - 2 with only the odd bits kept.
     """
@@ -78,11 +79,15 @@ def bitslice_q8(q8) -> np.ndarray:
     g = k // GROUP
     # plane order -> element order: position s*32 + b holds element 4b + s
     q = q8.reshape(m, g, 4, 32).transpose(0, 1, 3, 2).reshape(m, g, GROUP).view(np.uint8)
-    e = q.reshape(m, g, 4, 2, 4, 4)                              # element 32tq + 16w + 4c + s
-    bits = (e[None] >> np.arange(8, dtype=np.uint8).reshape(8, 1, 1, 1, 1, 1, 1)) & 1  # (b, m, g, tq, w, c, s)
+    e = q.reshape(m, g, 4, 2, 4, 4)  # element 32tq + 16w + 4c + s
+    bits = (
+        e[None] >> np.arange(8, dtype=np.uint8).reshape(8, 1, 1, 1, 1, 1, 1)
+    ) & 1  # (b, m, g, tq, w, c, s)
     shift = (8 * np.arange(4).reshape(4, 1) + 2 * np.arange(4).reshape(1, 4)).astype(np.uint32)
-    b1 = (bits.astype(np.uint32) * (np.uint32(3) << shift)).sum(axis=(5, 6), dtype=np.uint32)  # (b, m, g, tq, w)
-    words = np.concatenate([b1, b1 & np.uint32(0xAAAAAAAA)], axis=4)                  # w = 0..3
+    b1 = (bits.astype(np.uint32) * (np.uint32(3) << shift)).sum(
+        axis=(5, 6), dtype=np.uint32
+    )  # (b, m, g, tq, w)
+    words = np.concatenate([b1, b1 & np.uint32(0xAAAAAAAA)], axis=4)  # w = 0..3
     return np.ascontiguousarray(words.transpose(1, 2, 0, 3, 4).reshape(m, g, BITS_GROUP_WORDS))
 
 
@@ -99,9 +104,9 @@ def matmul_q8(raw, n: int, k: int, x) -> np.ndarray:
     codes, dw = pq2_unpack(raw)
     wt = (codes.astype(np.float64) - 1).reshape(n, g, GROUP).transpose(1, 2, 0)  # (G, 128, n)
     q, dx = _q8_groups(x)
-    dots = np.matmul(q.astype(np.float64).transpose(1, 0, 2), wt)                # (G, m, n)
-    dw = dw.astype(np.float64).reshape(n, g).T                                    # (G, n)
-    dx = dx.astype(np.float64).T                                                  # (G, m)
+    dots = np.matmul(q.astype(np.float64).transpose(1, 0, 2), wt)  # (G, m, n)
+    dw = dw.astype(np.float64).reshape(n, g).T  # (G, n)
+    dx = dx.astype(np.float64).T  # (G, m)
     return np.einsum("gmn,gm,gn->mn", dots, dx, dw)
 
 
@@ -122,7 +127,7 @@ def rel_rms(out, ref) -> float:
     if not np.isfinite(out).all():
         return float("inf")
     err = float(np.sum((out - ref) ** 2))
-    den = float(np.sum(ref ** 2))
+    den = float(np.sum(ref**2))
     if den == 0:
         return 0.0 if err == 0 else float("inf")
     return float(np.sqrt(err / den))

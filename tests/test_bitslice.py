@@ -1,9 +1,11 @@
-"""The m == 1 GPU core's arithmetic on the CPU (bench/NOTES.md v11): binary AND-POPC MMAs of the
-tiles layout's lane words against the bit-sliced activations (reference.bitslice_q8) give the
-exact integer dot(code - 1, q) of every row and group. This checks the byte layout (pq2.h TILES,
-format version 2), the bit-sliced word order (common.cuh) and the combine formula the kernel
-uses, with the m16n8k256 .b1 fragment layout of the PTX ISA, without a GPU. Also the quantiser's
-bit-slice lane program (quantize.cu), modelled lane by lane, against the same word order."""
+"""The m == 1 GPU core's arithmetic on the CPU: binary AND-POPC MMAs of the tiles layout's lane
+words against the bit-sliced activations (reference.bitslice_q8) give the exact integer
+dot(code - 1, q) of every row and group. This checks the byte layout (the tiles layout of
+FORMATS.md, format version 2), the bit-sliced word order (codes.cuh) and the combine formula the
+kernel uses, with the m16n8k256 .b1 fragment layout of the PTX ISA, without a GPU. Also the
+quantiser's bit-slice lane program (quantize.cu), modelled lane by lane, against the same word
+order."""
+
 import numpy as np
 import pytest
 
@@ -38,23 +40,36 @@ def bmma_dots(tiles, bits, n, k):
     with A = the lane's 16 code bytes as four little-endian words, B column b = bit plane b, and
     lane tq's combine d0 + f2*d1 scaled by 4^tq, plus -sum(q) in bit plane 0: what the GPU sums."""
     g = k // 128
-    sub = tiles[: (n // 16) * g * 512].reshape(n // 16, g, 32, 16).view("<u4")  # rt 1: [tile, g, lane, word]
+    sub = (
+        tiles[: (n // 16) * g * 512].reshape(n // 16, g, 32, 16).view("<u4")
+    )  # rt 1: [tile, g, lane, word]
     out = np.zeros((n, g), dtype=np.int64)
     for t in range(n // 16):
         for gg in range(g):
-            lane = sub[t, gg].reshape(8, 4, 4)      # [gid, tq, word]
-            A = np.zeros((16, 8), dtype=np.uint32)  # [row, k word]: a0 row gid k tq*32.., a1 row gid+8, a2/a3 k 128+
-            A[:8, :4], A[8:, :4], A[:8, 4:], A[8:, 4:] = lane[:, :, 0], lane[:, :, 1], lane[:, :, 2], lane[:, :, 3]
-            words = bits[0, gg].reshape(8, 4, 4)    # [bit plane b, tq, w]
+            lane = sub[t, gg].reshape(8, 4, 4)  # [gid, tq, word]
+            A = np.zeros(
+                (16, 8), dtype=np.uint32
+            )  # [row, k word]: a0 row gid k tq*32.., a1 row gid+8, a2/a3 k 128+
+            A[:8, :4], A[8:, :4], A[:8, 4:], A[8:, 4:] = (
+                lane[:, :, 0],
+                lane[:, :, 1],
+                lane[:, :, 2],
+                lane[:, :, 3],
+            )
+            words = bits[0, gg].reshape(8, 4, 4)  # [bit plane b, tq, w]
             B1 = np.concatenate([words[:, :, 0], words[:, :, 1]], axis=1)  # [column b, k word]
             B2 = np.concatenate([words[:, :, 2], words[:, :, 3]], axis=1)
-            C = (popc32(A[:, None, :] & B1[None]) + popc32(A[:, None, :] & B2[None])).sum(axis=2)  # [row, b]
+            C = (popc32(A[:, None, :] & B1[None]) + popc32(A[:, None, :] & B2[None])).sum(
+                axis=2
+            )  # [row, b]
             f = np.array([1, 2, 4, 8, 16, 32, 64, -128], dtype=np.int64)
-            out[t * 16:(t + 1) * 16, gg] = C @ f
+            out[t * 16 : (t + 1) * 16, gg] = C @ f
     return out
 
 
-@pytest.mark.parametrize("n,k,seed,extreme", [(16, 128, 0, False), (32, 384, 1, False), (48, 256, 2, True)])
+@pytest.mark.parametrize(
+    "n,k,seed,extreme", [(16, 128, 0, False), (32, 384, 1, False), (48, 256, 2, True)]
+)
 def test_bit_slices_give_the_exact_group_dots(n, k, seed, extreme):
     raw, q = random_case(n, k, seed, extreme)
     x = q.astype(np.float32)  # integers in [-127, 127] with max 127 quantise to themselves
@@ -85,9 +100,12 @@ def test_bitslice_words_by_hand():
 
 # ---- the quantiser's lane program (quantize.cu bitslice_group), modelled over a warp ----------
 
+
 def _byte_perm(a, b, sel):
     """__byte_perm(a, b, sel) per lane: byte i of the result is byte (sel >> 4i) & 7 of {b:a}."""
-    both = np.stack([(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)])
+    both = np.stack(
+        [(a >> (8 * i)) & 0xFF for i in range(4)] + [(b >> (8 * i)) & 0xFF for i in range(4)]
+    )
     lanes = np.arange(a.size)
     out = np.zeros_like(a)
     for i in range(4):
@@ -114,9 +132,15 @@ def bitslice_group_model(q):
     r = np.where(x4, lo, hi)[lane ^ 4]
     a4, b4 = np.where(x4, r, lo), np.where(x4, hi, r)
     r = _byte_perm(a4, b4, np.where(x2, 0x5410, 0x7632))[lane ^ 2]
-    a2, b2 = _byte_perm(a4, r, np.where(x2, 0x3254, 0x5410)), _byte_perm(b4, r, np.where(x2, 0x3276, 0x7610))
+    a2, b2 = (
+        _byte_perm(a4, r, np.where(x2, 0x3254, 0x5410)),
+        _byte_perm(b4, r, np.where(x2, 0x3276, 0x7610)),
+    )
     r = _byte_perm(a2, b2, np.where(x1, 0x6420, 0x7531))[lane ^ 1]
-    w0, w1 = _byte_perm(a2, r, np.where(x1, 0x3514, 0x5240)), _byte_perm(b2, r, np.where(x1, 0x3716, 0x7260))
+    w0, w1 = (
+        _byte_perm(a2, r, np.where(x1, 0x3514, 0x5240)),
+        _byte_perm(b2, r, np.where(x1, 0x3716, 0x7260)),
+    )
     b1_0, b1_1 = w0 * np.uint32(3), w1 * np.uint32(3)
     words = np.zeros(128, dtype=np.uint32)
     at = 4 * (4 * j + (lane >> 3))
@@ -128,12 +152,14 @@ def bitslice_group_model(q):
 @pytest.mark.parametrize("seed", range(4))
 def test_quantiser_bitslice_program_matches_the_layout(seed):
     """The quantiser's bit-slice lane program (a model of its device code) writes exactly
-    reference.bitslice_q8's words: random q, the int8 ends, zeros (bench/NOTES.md v17b)."""
+    reference.bitslice_q8's words: random q, the int8 ends, zeros."""
     rng = np.random.default_rng(seed)
     q = rng.integers(-127, 128, size=(32, 4))
     if seed == 1:
         q = rng.choice(np.array([-127, 127, 64, 0, 1, -1]), size=(32, 4))
     if seed == 2:
         q[:] = 0
-    q8 = np.asarray(q, dtype=np.int8).T.reshape(1, 128)  # plane order: position s*32 + L holds element 4L+s
+    q8 = np.asarray(q, dtype=np.int8).T.reshape(
+        1, 128
+    )  # plane order: position s*32 + L holds element 4L+s
     assert np.array_equal(bitslice_group_model(q), R.bitslice_q8(q8)[0, 0])

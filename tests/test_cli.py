@@ -1,26 +1,22 @@
 """The `pyq2` command line: every command, exit codes, one-line errors, no partial output."""
-import errno
+
 import json
 import os
 import struct
 import subprocess
-import tempfile
 import sys
+import tempfile
 
 import numpy as np
 import pytest
 
 from pyq2 import gguf_io
 from pyq2.cli import main
-from pyq2.demo import write_demo_model
 
-import pyq2
-
-# Children import the same pyq2 as this process (installed or source tree), whatever the cwd.
-PYQ2_PARENT = os.path.dirname(os.path.abspath(list(pyq2.__path__)[0]))
-
+from .conftest import listing, patched, subprocess_env, tensor_info_offset
 
 # ---- helpers ------------------------------------------------------------------------------
+
 
 def run(capsys, *argv):
     """(exit code, stdout, stderr) of main(argv) in this process."""
@@ -30,9 +26,14 @@ def run(capsys, *argv):
 
 
 def run_module(*argv):
-    env = dict(os.environ, PYTHONPATH=PYQ2_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", "pyq2", *map(str, argv)], capture_output=True,
-                          text=True, env=env, cwd=tempfile.gettempdir())
+    """`python -m pyq2 ARGV` in a child process, from another directory."""
+    return subprocess.run(
+        [sys.executable, "-m", "pyq2", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        cwd=tempfile.gettempdir(),
+    )
 
 
 def assert_one_line_error(code, err, *needles):
@@ -44,26 +45,8 @@ def assert_one_line_error(code, err, *needles):
         assert n in lines[0], (n, lines[0])
 
 
-def patched(src, dst, edit):
-    """Copy src to dst with edit(bytearray, GGUFFile) applied."""
-    blob = bytearray(src.read_bytes())
-    with gguf_io.open_gguf(src) as f:
-        edit(blob, f)
-    dst.write_bytes(bytes(blob))
-    return dst
-
-
-def tensor_info_at(blob, name):
-    key = struct.pack("<Q", len(name)) + name.encode()
-    return blob.rindex(key) + len(key)  # tensor infos follow the key/values
-
-
-@pytest.fixture
-def demo(tmp_path):
-    return write_demo_model(tmp_path / "demo.gguf")
-
-
 # ---- commands -----------------------------------------------------------------------------
+
 
 def test_repack_then_verify(tmp_path, capsys, demo):
     out = tmp_path / "o.gguf"
@@ -94,7 +77,7 @@ def test_progress_bar_only_on_a_terminal(tmp_path, capsys, demo, monkeypatch):
 def test_dry_run_writes_nothing(tmp_path, capsys, demo):
     code, stdout, _ = run(capsys, "repack", demo, "--dry-run")
     assert code == 0 and stdout.startswith("would write")
-    assert sorted(os.listdir(tmp_path)) == ["demo.gguf"]
+    assert listing(tmp_path) == ["demo.gguf"]
 
 
 def test_output_equal_to_input(tmp_path, capsys, demo):
@@ -127,9 +110,15 @@ def test_info_json_of_repacked_file(tmp_path, capsys, demo):
     assert d["prism_hadamard"]["n_sign_values"] == 1024
     assert d["metadata"]["tokenizer.ggml.tokens"] == {"array": "STRING", "len": 1024}
     t = {r["name"]: r for r in d["tensors"]}
-    assert t["output.weight"] == {"name": "output.weight", "type": "I8", "layout": "tiles",
-                                  "rt": 2, "shape": [256, 1024], "bytes": 1024 * 2 * 34,
-                                  "source_type": "PTQ1_0"}
+    assert t["output.weight"] == {
+        "name": "output.weight",
+        "type": "I8",
+        "layout": "tiles",
+        "rt": 2,
+        "shape": [256, 1024],
+        "bytes": 1024 * 2 * 34,
+        "source_type": "PTQ1_0",
+    }
     assert t["output_norm.weight"]["layout"] is None and t["output_norm.weight"]["type"] == "F32"
     assert d["weights"]["count"] == 16
 
@@ -137,6 +126,7 @@ def test_info_json_of_repacked_file(tmp_path, capsys, demo):
 def test_verify_mismatch_exit_1(tmp_path, capsys, demo):
     def flip_code(blob, f):
         blob[f.tensor("blk.1.ffn_up.weight").offset + 2] ^= 0b11
+
     bad = patched(demo, tmp_path / "bad.gguf", flip_code)
     code, out, err = run(capsys, "verify", demo, bad)
     assert code == 1 and out == ""
@@ -146,17 +136,26 @@ def test_verify_mismatch_exit_1(tmp_path, capsys, demo):
 def test_demo(tmp_path, capsys):
     code, out, _ = run(capsys, "demo", "-o", tmp_path / "d")
     assert code == 0
-    assert sorted(os.listdir(tmp_path / "d")) == ["demo-bonsai-pq2.gguf",
-                                                  "demo-bonsai-pq2.pyq2-tiles.gguf"]
+    assert listing(tmp_path / "d") == ["demo-bonsai-pq2.gguf", "demo-bonsai-pq2.pyq2-tiles.gguf"]
     assert "verify: identical" in out and "16 tensors converted" in out
     assert "tiles rt=2 (PTQ1_0)" in out
 
 
 # ---- exit codes and errors ----------------------------------------------------------------
 
-@pytest.mark.parametrize("argv", [[], ["bogus"], ["repack"], ["repack", "x.gguf", "--layout", "zz"],
-                                  ["repack", "x.gguf", "--rt", "3"], ["info"]],
-                         ids=["none", "bogus", "no-input", "bad-layout", "bad-rt", "info-no-file"])
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        ["bogus"],
+        ["repack"],
+        ["repack", "x.gguf", "--layout", "zz"],
+        ["repack", "x.gguf", "--rt", "3"],
+        ["info"],
+    ],
+    ids=["none", "bogus", "no-input", "bad-layout", "bad-rt", "info-no-file"],
+)
 def test_usage_errors_exit_2(capsys, argv):
     with pytest.raises(SystemExit) as e:
         main(argv)
@@ -165,7 +164,7 @@ def test_usage_errors_exit_2(capsys, argv):
 
 
 def _truncate(blob, f):
-    del blob[f.tensors[-1].offset + 5:]
+    del blob[f.tensors[-1].offset + 5 :]
 
 
 def _bad_magic(blob, f):
@@ -173,18 +172,18 @@ def _bad_magic(blob, f):
 
 
 def _unknown_type(blob, f):
-    at = tensor_info_at(blob, "output_norm.weight")
+    at = tensor_info_offset(blob, "output_norm.weight")
     struct.pack_into("<I", blob, at + 4 + 8 * 1, 77)
 
 
 def _k_100(blob, f):
-    at = tensor_info_at(blob, "blk.0.attn_q.weight")
+    at = tensor_info_offset(blob, "blk.0.attn_q.weight")
     struct.pack_into("<Q", blob, at + 4, 100)
 
 
 def _nan_scale(blob, f):
     at = f.tensor("blk.0.ffn_gate.weight").offset + 5 * 34  # K = 256: row 2, block 1
-    blob[at:at + 2] = np.float16(np.nan).tobytes()
+    blob[at : at + 2] = np.float16(np.nan).tobytes()
 
 
 BAD_INPUTS = {
@@ -208,11 +207,14 @@ def test_bad_input_one_clear_error(tmp_path, capsys, demo, case, command):
         code, _, err = run(capsys, "verify", demo, bad)
         assert code == 1 and "blk.0.ffn_gate.weight" in err  # a mismatch, named
         return
-    argv = {"repack": ["repack", bad, "-o", tmp_path / "o.gguf"], "info": ["info", bad],
-            "verify": ["verify", demo, bad]}[command]
+    argv = {
+        "repack": ["repack", bad, "-o", tmp_path / "o.gguf"],
+        "info": ["info", bad],
+        "verify": ["verify", demo, bad],
+    }[command]
     code, out, err = run(capsys, *argv)
     assert_one_line_error(code, err, *needles)
-    assert sorted(os.listdir(tmp_path)) == ["bad.gguf", "demo.gguf"]
+    assert listing(tmp_path) == ["bad.gguf", "demo.gguf"]
 
 
 def test_unreadable_path(tmp_path, capsys):
@@ -229,18 +231,11 @@ def test_permission_denied(tmp_path, capsys, demo):
     assert_one_line_error(code, err, "Permission denied")
 
 
-def test_full_disk(tmp_path, capsys, demo, monkeypatch):
-    calls = []
-
-    def full_disk(f, b):
-        calls.append(1)
-        if len(calls) == 5:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        f.write(b)
-    monkeypatch.setattr(gguf_io, "_write", full_disk)
+def test_full_disk(tmp_path, capsys, demo, full_disk):
+    full_disk(5)
     code, out, err = run(capsys, "repack", demo, "-o", tmp_path / "o.gguf")
     assert_one_line_error(code, err, "no space left on device", "nothing was written")
-    assert sorted(os.listdir(tmp_path)) == ["demo.gguf"]
+    assert listing(tmp_path) == ["demo.gguf"]
 
 
 def test_interrupt(tmp_path, capsys, demo, monkeypatch):
@@ -249,10 +244,11 @@ def test_interrupt(tmp_path, capsys, demo, monkeypatch):
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
         yield
+
     monkeypatch.setattr(pyq2.repack, "convert_weight", interrupted)
     code, _, err = run(capsys, "repack", demo, "-o", tmp_path / "o.gguf")
     assert_one_line_error(code, err, "interrupted")
-    assert sorted(os.listdir(tmp_path)) == ["demo.gguf"]
+    assert listing(tmp_path) == ["demo.gguf"]
 
 
 def test_output_directory_missing(tmp_path, capsys, demo):
@@ -261,6 +257,7 @@ def test_output_directory_missing(tmp_path, capsys, demo):
 
 
 # ---- as a program -------------------------------------------------------------------------
+
 
 def test_python_dash_m(tmp_path, demo):
     p = run_module("info", demo, "--json")
@@ -274,6 +271,7 @@ def test_python_dash_m(tmp_path, demo):
 
 
 # ---- a real published GGUF ----------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def gemma_path():
@@ -297,7 +295,7 @@ def test_real_gguf_info_and_pass_through(tmp_path, capsys, gemma_path):
     with gguf_io.open_gguf(gemma_path) as a, gguf_io.open_gguf(dst) as b:
         assert a.keys() == b.keys()
         assert all(a.kv_record(k) == b.kv_record(k) for k in a.keys())
-        for ta, tb in zip(a.tensors, b.tensors):
+        for ta, tb in zip(a.tensors, b.tensors, strict=True):
             assert (ta.name, ta.type_id, ta.ne) == (tb.name, tb.type_id, tb.ne)
             assert np.array_equal(a.data(ta), b.data(tb)), ta.name
     assert run(capsys, "verify", gemma_path, dst)[0] == 0

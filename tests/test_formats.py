@@ -1,12 +1,13 @@
 """numpy block formats (pyq2.formats) against FORMATS.md, with known answers built by hand."""
+
 import numpy as np
 import pytest
 
 from pyq2 import formats as F
 from pyq2.errors import FormatError
 
-
 # ---- references written straight from the spec, one weight at a time --------------------
+
 
 def pq2_code(block: bytes, j: int) -> int:
     """Weight j of a 34-byte PQ2_0 block: 2-bit code at shift 2*(j%4) of qs[j/4] (qs at +2)."""
@@ -37,6 +38,7 @@ def random_fp16_finite(rng, size):
 
 
 # ---- PQ2_0 --------------------------------------------------------------------------------
+
 
 def test_block_sizes_and_type_ids():
     assert (F.PQ2_BLOCK.itemsize, F.PTQ1_BLOCK.itemsize, F.TQ2_BLOCK.itemsize) == (34, 28, 66)
@@ -106,6 +108,7 @@ def test_pq2_bad_sizes():
 
 # ---- PTQ1_0 -------------------------------------------------------------------------------
 
+
 def test_ptq1_digit_packing_is_a_bijection():
     # All 243 five-digit groups get distinct bytes that decode back to their digits.
     digits = np.array(np.unravel_index(np.arange(243), (3,) * 5)).T.astype(np.uint8)
@@ -122,9 +125,9 @@ def test_ptq1_known_block():
     ones5 = ptq1_byte([1, 1, 1, 1, 1])
     assert ones5 == 128  # ceil(121 * 256 / 243)
     qs = [ones5] * 24
-    qs[5] = ptq1_byte([1, 1, 2, 1, 1])           # q = 130 -> 137
-    qs[23] = ptq1_byte([1, 1, 1, 1, 0])          # q = 120 -> 127
-    qh = [ptq1_byte([1, 1, 1, 1]), ptq1_byte([1, 1, 1, 2])]   # q = 120, 123 -> 127, 130
+    qs[5] = ptq1_byte([1, 1, 2, 1, 1])  # q = 130 -> 137
+    qs[23] = ptq1_byte([1, 1, 1, 1, 0])  # q = 120 -> 127
+    qh = [ptq1_byte([1, 1, 1, 1]), ptq1_byte([1, 1, 1, 2])]  # q = 120, 123 -> 127, 130
     assert (qs[5], qs[23], qh) == (137, 127, [127, 130])
     block = bytes(qs) + bytes(qh) + f16_bytes(0.75)
     codes, d = F.ptq1_unpack(block)
@@ -170,12 +173,13 @@ def test_code3_into_ptq1_names_row_and_block():
 
 # ---- TQ2_0 --------------------------------------------------------------------------------
 
+
 def test_tq2_known_block():
     # All codes 1 except element 200 (half 1, 200%128 = 72 = 32*2 + 8: byte 40, shift 4) = 3
     # and element 5 (byte 5, shift 0) = 0.
     qs = [0x55] * 64
-    qs[40] = 0x75   # 0b01_11_01_01
-    qs[5] = 0x54    # 0b01_01_01_00
+    qs[40] = 0x75  # 0b01_11_01_01
+    qs[5] = 0x54  # 0b01_01_01_00
     block = bytes(qs) + f16_bytes(2.0)
     codes, d = F.tq2_unpack(block)
     want = np.ones(256, np.uint8)
@@ -204,6 +208,7 @@ def test_tq2_random_bytes(nb):
 
 
 # ---- reference quantizer ------------------------------------------------------------------
+
 
 def test_quantize_ternary_weights_exactly():
     rng = np.random.default_rng(4)

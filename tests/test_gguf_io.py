@@ -1,47 +1,46 @@
-"""GGUF I/O (pyq2.gguf_io): type registration, reading, streaming atomic writing, bad files."""
-import enum
-import errno
+"""GGUF I/O (pyq2.gguf_io): reading, streaming atomic writing, bad files."""
+
 import os
 import struct
-import subprocess
-import sys
 
 import gguf
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as Q, GGUFValueType as V
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFValueType as V
 
 from pyq2 import gguf_io
 from pyq2.errors import FormatError
 from pyq2.gguf_io import OutTensor
 
-import pyq2
-
-# Children import the same pyq2 as this process (installed or source tree), whatever the cwd.
-PYQ2_PARENT = os.path.dirname(os.path.abspath(list(pyq2.__path__)[0]))
-
+from .conftest import listing, random_pq2, tensor_info_offset, write_gguf_file
 
 # ---- references and builders --------------------------------------------------------------
-
-def pq2_bytes(rng, n, k):
-    """Random PQ2_0 blocks (every code 0..3) with finite fp16 scales."""
-    blocks = rng.integers(0, 256, (n * k // 128, 34), dtype=np.uint8)
-    blocks[:, :2] = np.float16(0.01 * rng.random(len(blocks))).reshape(-1, 1).view(np.uint8)
-    return blocks.reshape(-1)
-
 
 # One key of every value type, arrays of every element type, an empty array, an odd bool byte
 # is not representable through the writer, so bools are 0/1.
 ALL_KV = [
-    ("t.u8", V.UINT8, 200), ("t.i8", V.INT8, -5), ("t.u16", V.UINT16, 65000),
-    ("t.i16", V.INT16, -300), ("t.u32", V.UINT32, 4_000_000_000), ("t.i32", V.INT32, -7),
-    ("t.f32", V.FLOAT32, 0.1), ("t.u64", V.UINT64, 2**63 + 5), ("t.i64", V.INT64, -2**40),
-    ("t.f64", V.FLOAT64, 1 / 3), ("t.bool", V.BOOL, True), ("t.str", V.STRING, "héllo"),
+    ("t.u8", V.UINT8, 200),
+    ("t.i8", V.INT8, -5),
+    ("t.u16", V.UINT16, 65000),
+    ("t.i16", V.INT16, -300),
+    ("t.u32", V.UINT32, 4_000_000_000),
+    ("t.i32", V.INT32, -7),
+    ("t.f32", V.FLOAT32, 0.1),
+    ("t.u64", V.UINT64, 2**63 + 5),
+    ("t.i64", V.INT64, -(2**40)),
+    ("t.f64", V.FLOAT64, 1 / 3),
+    ("t.bool", V.BOOL, True),
+    ("t.str", V.STRING, "héllo"),
     ("t.empty_str", V.STRING, ""),
-    ("t.a_u8", V.ARRAY, [1, 2, 255], V.UINT8), ("t.a_i32", V.ARRAY, [-1, 0, 1], V.INT32),
-    ("t.a_f32", V.ARRAY, [0.5, -2.25], V.FLOAT32), ("t.a_u64", V.ARRAY, [1, 2**64 - 1], V.UINT64),
-    ("t.a_bool", V.ARRAY, [True, False], V.BOOL), ("t.a_str", V.ARRAY, ["a", "", "ccc"], V.STRING),
-    ("t.a_empty", V.ARRAY, [], V.INT32), ("t.a_f64", V.ARRAY, [1e300], V.FLOAT64),
+    ("t.a_u8", V.ARRAY, [1, 2, 255], V.UINT8),
+    ("t.a_i32", V.ARRAY, [-1, 0, 1], V.INT32),
+    ("t.a_f32", V.ARRAY, [0.5, -2.25], V.FLOAT32),
+    ("t.a_u64", V.ARRAY, [1, 2**64 - 1], V.UINT64),
+    ("t.a_bool", V.ARRAY, [True, False], V.BOOL),
+    ("t.a_str", V.ARRAY, ["a", "", "ccc"], V.STRING),
+    ("t.a_empty", V.ARRAY, [], V.INT32),
+    ("t.a_f64", V.ARRAY, [1e300], V.FLOAT64),
 ]
 
 
@@ -49,106 +48,23 @@ def write_model(path, rng, kv=ALL_KV, alignment=32, weights=((256, 3),), extra_t
     """A small file with PQ2_0 weights (K, N), an F32 and a Q8_0 tensor; returns {name: bytes}."""
     tensors = []
     for i, (k, n) in enumerate(weights):
-        tensors.append((OutTensor(f"w{i}.weight", gguf_io.PQ2_0, (k, n), n * k // 128 * 34),
-                        pq2_bytes(rng, n, k)))
+        tensors.append(
+            (
+                OutTensor(f"w{i}.weight", gguf_io.PQ2_0, (k, n), n * k // 128 * 34),
+                random_pq2(rng, n, k),
+            )
+        )
     if extra_tensors:
         f = rng.standard_normal(7).astype("<f4")
         tensors.append((OutTensor("norm.weight", int(Q.F32), (7,), f.nbytes), f.view(np.uint8)))
         q8 = rng.integers(0, 256, 2 * 34, dtype=np.uint8)
         tensors.append((OutTensor("q8.weight", int(Q.Q8_0), (32, 2), q8.nbytes), q8))
-    recs = [gguf_io.encode_kv(*item) for item in kv]
-    if alignment != 32:
-        recs.insert(0, gguf_io.encode_kv("general.alignment", V.UINT32, alignment))
-    gguf_io.write_gguf(path, recs, [t for t, _ in tensors], lambda i, t: (tensors[i][1],),
-                       alignment=alignment)
+    write_gguf_file(path, kv, tensors, alignment=alignment)
     return {t.name: bytes(d) for t, d in tensors}
 
 
-def tensor_info_offset(blob: bytes, name: str) -> int:
-    """Byte offset of the n_dims field of tensor `name` in a file's bytes."""
-    key = struct.pack("<Q", len(name)) + name.encode()
-    return blob.rindex(key) + len(key)  # tensor infos follow the key/values
-
-
-def dir_listing(path):
-    return sorted(os.listdir(path))
-
-
-# ---- registration -------------------------------------------------------------------------
-
-def test_private_types_are_registered():
-    assert Q(142) is Q.PQ2_0 and Q.PQ2_0.name == "PQ2_0" and Q.PQ2_0 == 142
-    assert Q(143) is Q.PTQ1_0 and Q.PTQ1_0.value == 143
-    assert gguf.GGML_QUANT_SIZES[Q.PQ2_0] == (128, 34)
-    assert gguf.GGML_QUANT_SIZES[Q.PTQ1_0] == (128, 28)
-    assert Q["PQ2_0"] is Q.PQ2_0 and Q.PQ2_0 in list(Q)
-
-
-def test_registration_is_idempotent():
-    before = (list(Q), dict(gguf.GGML_QUANT_SIZES))
-    gguf_io.register_types()
-    gguf_io.register_types()
-    assert (list(Q), dict(gguf.GGML_QUANT_SIZES)) == before
-
-
-def test_add_enum_member_on_a_fresh_enum():
-    class E(enum.IntEnum):
-        A = 1
-
-    b = gguf_io._add_enum_member(E, "B", 142)
-    assert E(142) is b is E.B and E["B"] is b and isinstance(b, int) and b + 1 == 143
-    assert list(E) == [E.A, E.B] and repr(b) == "<E.B: 142>"
-    assert gguf_io._add_enum_member(E, "B", 142) is b
-    with pytest.raises(RuntimeError, match="already E.B"):
-        gguf_io._add_enum_member(E, "C", 142)
-    with pytest.raises(RuntimeError, match="already exists"):
-        gguf_io._add_enum_member(E, "A", 7)
-
-
-def test_gguf_fails_without_registration_and_reads_with_it(tmp_path):
-    path = tmp_path / "m.gguf"
-    write_model(path, np.random.default_rng(0))
-    code = ("import sys, gguf\n"
-            "try:\n    gguf.GGUFReader(sys.argv[1]); print('read')\n"
-            "except ValueError: print('refused')\n"
-            "import pyq2.gguf_io\n"
-            "r = gguf.GGUFReader(sys.argv[1]); print(r.tensors[0].tensor_type.name)\n")
-    env = dict(os.environ, PYTHONPATH=PYQ2_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
-                         env=env, check=True).stdout.split()
-    assert out == ["refused", "PQ2_0"]
-
-
-def test_stock_reader_reads_private_types(tmp_path):
-    rng = np.random.default_rng(1)
-    path = tmp_path / "m.gguf"
-    data = write_model(path, rng, weights=((256, 3), (384, 5)))
-    r = gguf.GGUFReader(path)
-    t0, t1 = r.tensors[0], r.tensors[1]
-    assert t0.tensor_type == Q.PQ2_0 and t0.shape.tolist() == [256, 3]
-    assert t0.data.shape == (3, 2 * 34) and t0.data.tobytes() == data["w0.weight"]
-    assert t1.n_bytes == 5 * 3 * 34 and t1.data.tobytes() == data["w1.weight"]
-
-
-def test_stock_writer_writes_private_types(tmp_path):
-    rng = np.random.default_rng(2)
-    path = tmp_path / "w.gguf"
-    blocks = pq2_bytes(rng, 4, 256).reshape(4, 68)
-    ptq1 = rng.integers(0, 243, (4, 2 * 28), dtype=np.uint8)
-    w = gguf.GGUFWriter(path, "test")
-    w.add_tensor("a", blocks, raw_dtype=Q.PQ2_0)
-    w.add_tensor("b", ptq1, raw_dtype=Q.PTQ1_0)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    with gguf_io.open_gguf(path) as f:
-        a, b = f.tensors
-        assert (a.type_id, a.ne, b.type_id, b.ne) == (142, (256, 4), 143, (256, 4))
-        assert f.data(a).tobytes() == blocks.tobytes() and f.data(b).tobytes() == ptq1.tobytes()
-
-
 # ---- reading ------------------------------------------------------------------------------
+
 
 def test_values_and_types_read_back(tmp_path):
     path = tmp_path / "m.gguf"
@@ -175,8 +91,10 @@ def test_values_and_types_read_back(tmp_path):
 
 def test_fast_array_parsing_matches_stock_reader(tmp_path):
     path = tmp_path / "m.gguf"
-    kv = ALL_KV + [("big.str", V.ARRAY, [f"tok{i}" * (i % 5) for i in range(3000)], V.STRING),
-                   ("big.f32", V.ARRAY, np.arange(3000, dtype=np.float32), V.FLOAT32)]
+    kv = ALL_KV + [
+        ("big.str", V.ARRAY, [f"tok{i}" * (i % 5) for i in range(3000)], V.STRING),
+        ("big.f32", V.ARRAY, np.arange(3000, dtype=np.float32), V.FLOAT32),
+    ]
     write_model(path, np.random.default_rng(4), kv=kv)
     stock = gguf.GGUFReader(path)
     with gguf_io.open_gguf(path) as f:
@@ -185,8 +103,9 @@ def test_fast_array_parsing_matches_stock_reader(tmp_path):
         for name, a in stock.fields.items():
             b = fast.fields[name]
             assert (a.offset, a.data, a.types) == (b.offset, b.data, b.types), name
-            assert [(p.dtype, p.tobytes()) for p in a.parts] == \
-                [(p.dtype, p.tobytes()) for p in b.parts], name
+            assert [(p.dtype, p.tobytes()) for p in a.parts] == [
+                (p.dtype, p.tobytes()) for p in b.parts
+            ], name
 
 
 def test_kv_records_copy_gives_identical_file(tmp_path):
@@ -195,8 +114,13 @@ def test_kv_records_copy_gives_identical_file(tmp_path):
     write_model(src, np.random.default_rng(5), alignment=128, weights=((256, 3), (128, 1)))
     with gguf_io.open_gguf(src) as f:
         outs = [OutTensor(t.name, t.type_id, t.ne, t.nbytes) for t in f.tensors]
-        gguf_io.write_gguf(dst, [f.kv_record(k) for k in f.keys()], outs,
-                           lambda i, t: (f.data(f.tensors[i]),), alignment=f.alignment)
+        gguf_io.write_gguf(
+            dst,
+            [f.kv_record(k) for k in f.keys()],
+            outs,
+            lambda i, t: (f.data(f.tensors[i]),),
+            alignment=f.alignment,
+        )
         assert gguf_io.file_size([f.kv_record(k) for k in f.keys()], outs, 128) == f.size
     assert src.read_bytes() == dst.read_bytes()
 
@@ -212,6 +136,7 @@ def test_release_keeps_data_readable(tmp_path):
 
 
 # ---- bad files ----------------------------------------------------------------------------
+
 
 @pytest.fixture
 def good_file(tmp_path):
@@ -240,8 +165,15 @@ def test_truncated_at_every_region(tmp_path, good_file):
         data_offset, last = f.data_offset, f.tensors[-1]
         kv_mid = f.fields["t.a_str"].offset + 20
     ti = tensor_info_offset(blob, "w0.weight")
-    cuts = {"magic": 3, "version": 6, "counts": 20, "kv": kv_mid, "tensor_info": ti + 6,
-            "first_tensor": data_offset + 10, "last_tensor": last.offset + last.nbytes - 1}
+    cuts = {
+        "magic": 3,
+        "version": 6,
+        "counts": 20,
+        "kv": kv_mid,
+        "tensor_info": ti + 6,
+        "first_tensor": data_offset + 10,
+        "last_tensor": last.offset + last.nbytes - 1,
+    }
     for where, cut in cuts.items():
         p = tmp_path / f"cut_{where}.gguf"
         p.write_bytes(blob[:cut])
@@ -280,9 +212,12 @@ def test_missing_file_is_os_error(tmp_path):
 
 # ---- writing: streaming and atomicity ----------------------------------------------------
 
+
 def _simple_job(rng):
-    tensors = [(OutTensor(f"t{i}", int(Q.F32), (1000,), 4000),
-                rng.standard_normal(1000).astype("<f4")) for i in range(4)]
+    tensors = [
+        (OutTensor(f"t{i}", int(Q.F32), (1000,), 4000), rng.standard_normal(1000).astype("<f4"))
+        for i in range(4)
+    ]
     recs = [gguf_io.encode_kv("general.architecture", V.STRING, "x")]
     return recs, [t for t, _ in tensors], [d for _, d in tensors]
 
@@ -304,7 +239,7 @@ def test_tensor_data_is_requested_one_at_a_time(tmp_path):
 
 
 @pytest.mark.parametrize("failure", ["exception", "keyboard_interrupt", "enospc", "short_data"])
-def test_failed_write_leaves_nothing(tmp_path, monkeypatch, failure):
+def test_failed_write_leaves_nothing(tmp_path, full_disk, failure):
     recs, outs, datas = _simple_job(np.random.default_rng(9))
     out = tmp_path / "o.gguf"
 
@@ -316,19 +251,16 @@ def test_failed_write_leaves_nothing(tmp_path, monkeypatch, failure):
         return (datas[i][:10],) if failure == "short_data" else (datas[i],)
 
     if failure == "enospc":
-        writes = []
-
-        def full_disk(f, b):
-            writes.append(len(b))
-            if len(writes) == 3:
-                raise OSError(errno.ENOSPC, "No space left on device")
-            f.write(b)
-        monkeypatch.setattr(gguf_io, "_write", full_disk)
-    expected = {"exception": RuntimeError, "keyboard_interrupt": KeyboardInterrupt,
-                "enospc": OSError, "short_data": ValueError}[failure]
+        full_disk(3)
+    expected = {
+        "exception": RuntimeError,
+        "keyboard_interrupt": KeyboardInterrupt,
+        "enospc": OSError,
+        "short_data": ValueError,
+    }[failure]
     with pytest.raises(expected):
         gguf_io.write_gguf(out, recs, outs, data)
-    assert dir_listing(tmp_path) == []
+    assert listing(tmp_path) == []
 
 
 def test_failed_write_keeps_existing_destination(tmp_path):
@@ -338,9 +270,10 @@ def test_failed_write_keeps_existing_destination(tmp_path):
 
     def data(i, t):
         raise RuntimeError("boom")
+
     with pytest.raises(RuntimeError):
         gguf_io.write_gguf(out, recs, outs, data)
-    assert out.read_bytes() == b"previous" and dir_listing(tmp_path) == ["o.gguf"]
+    assert out.read_bytes() == b"previous" and listing(tmp_path) == ["o.gguf"]
 
 
 def test_written_file_has_ordinary_permissions(tmp_path):
@@ -356,4 +289,4 @@ def test_writer_rejects_wrong_sizes(tmp_path):
     bad = OutTensor("w", gguf_io.PQ2_0, (256, 2), 100)
     with pytest.raises(ValueError, match="do not match"):
         gguf_io.write_gguf(tmp_path / "o.gguf", [], [bad], lambda i, t: (b"",))
-    assert dir_listing(tmp_path) == []
+    assert listing(tmp_path) == []

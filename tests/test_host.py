@@ -3,7 +3,7 @@
 Skipped when the library cannot be loaded, unless PYQ2_REQUIRE_NATIVE is set (CI sets it): then a
 missing library fails every test loudly.
 """
-import itertools
+
 import os
 import re
 
@@ -15,17 +15,26 @@ from pyq2 import layouts as L
 from pyq2 import reference as R
 from pyq2.errors import LibraryError, Pq2Error
 
+from .conftest import (
+    LAYOUT_RTS,
+    conversion_cases,
+    conversion_id,
+    random_raw,
+    shape_id,
+    ternary_pq2,
+)
+
 # pq2_matmul_host accumulates in fp32 (per-group dot scaled by d_w * d_x, summed in increasing
 # g); reference.matmul_q8 is the same Q8 problem in float64. The gap is fp32 rounding only.
 MATMUL_REL_TOL = 1e-5
 
 SHAPES = [(1, 128), (3, 384), (17, 640), (33, 128), (65, 384), (300, 2048)]
-RTS = [1, 2, 4]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def native():
     from pyq2 import _native
+
     try:
         return _native.load()
     except LibraryError as e:
@@ -37,26 +46,11 @@ def native():
 @pytest.fixture(scope="module")
 def host():
     from pyq2 import host
+
     return host
 
 
 # ---- references and data ------------------------------------------------------------------
-
-def random_raw(n, k, seed=0, finite=False):
-    """Random PQ2_0 bytes: every code 0..3, scales any fp16 bits (or finite ones)."""
-    rng = np.random.default_rng(seed)
-    raw = rng.integers(0, 256, (n * (k // 128), 34), dtype=np.uint8)
-    if finite:
-        d = raw[:, :2].copy().view(np.float16)
-        raw[:, :2] = np.where(np.isfinite(d), d, np.float16(-0.75)).view(np.uint8)
-    return raw.reshape(-1)
-
-
-def ternary_raw(nb, seed):
-    rng = np.random.default_rng(seed)
-    codes = rng.integers(0, 3, (nb, 128), dtype=np.uint8)
-    d = rng.integers(0, 1 << 16, nb, dtype=np.uint16).view(np.float16)
-    return F.pq2_pack(codes, d).reshape(-1)
 
 
 def edge_activations(m, k, seed):
@@ -64,18 +58,18 @@ def edge_activations(m, k, seed):
     rng = np.random.default_rng(seed)
     x = (rng.standard_normal((m, k)) * rng.uniform(0.01, 100, (m, 1))).astype(np.float32)
     g = x.reshape(m, -1, 128)
-    g[0, 0] = 0.0                                             # zero group: divide by 1
+    g[0, 0] = 0.0  # zero group: divide by 1
     if g.shape[1] > 1:
         g[0, 1, :10] = [127, 0.5, 1.5, 2.5, -2.5, -0.5, 126.5, -126.5, 3.5, -0.0]  # ties
         g[0, 1, 10:] = rng.uniform(-127, 127, 118).round()
     if g.shape[1] > 2:
-        g[0, 2] *= np.float32(1e-40)                          # subnormals
+        g[0, 2] *= np.float32(1e-40)  # subnormals
     if m > 1:
         g[1, 0] *= np.float32(1e30)
         g[1, -1] = -0.0
     if m > 2:
         g[2, 0] = 0.0
-        g[2, 0, ::7] = np.float32(1.4e-45)                    # scale underflows to 0
+        g[2, 0, ::7] = np.float32(1.4e-45)  # scale underflows to 0
     return x
 
 
@@ -84,20 +78,17 @@ def bits(a):
     return a.view(np.dtype(f"u{a.dtype.itemsize}"))
 
 
-def shape_id(s):
-    return f"n{s[0]}-k{s[1]}"
-
-
 # ---- library basics -----------------------------------------------------------------------
+
 
 def test_abi_and_last_error_after_success(native, host):
     ffi, lib = native
-    assert lib.pq2_abi_version() == 4
+    assert lib.pq2_abi_version() == 5
     assert host.layout_bytes("tiles", 17, 384, 2) == L.layout_bytes("tiles", 17, 384, 2)
     assert ffi.string(lib.pq2_last_error()) == b""
 
 
-@pytest.mark.parametrize("layout,rt", [("raw", 0), ("planes", 0)] + [("tiles", r) for r in RTS])
+@pytest.mark.parametrize("layout,rt", LAYOUT_RTS)
 @pytest.mark.parametrize("n,k", SHAPES, ids=[shape_id(s) for s in SHAPES])
 def test_layout_bytes(host, n, k, layout, rt):
     assert host.layout_bytes(layout, n, k, rt) == L.layout_bytes(layout, n, k, rt)
@@ -105,15 +96,12 @@ def test_layout_bytes(host, n, k, layout, rt):
 
 # ---- layouts, bit for bit -----------------------------------------------------------------
 
-LAYOUT_CASES = [(s, a, b, ra, rb) for s in SHAPES
-                for a, b in itertools.product(L.LAYOUTS, repeat=2)
-                for ra in (RTS if a == "tiles" else [0])
-                for rb in (RTS if b == "tiles" else [0])]
+LAYOUT_CASES = conversion_cases(SHAPES)
 
 
-@pytest.mark.parametrize("shape,src,dst,src_rt,dst_rt", LAYOUT_CASES,
-                         ids=[f"{shape_id(c[0])}-{c[1]}{c[3] or ''}-to-{c[2]}{c[4] or ''}"
-                              for c in LAYOUT_CASES])
+@pytest.mark.parametrize(
+    "shape,src,dst,src_rt,dst_rt", LAYOUT_CASES, ids=map(conversion_id, LAYOUT_CASES)
+)
 def test_convert_layout(host, shape, src, dst, src_rt, dst_rt):
     n, k = shape
     raw = random_raw(n, k, seed=n * k)
@@ -133,15 +121,16 @@ def test_convert_from_tiles_ignores_padding(host):
     for g in range(2):
         for lane in range(32):
             o = g * 512 + lane * 16
-            junk[o + 4:o + 8] = 0xAA
-            junk[o + 12:o + 16] = 0xAA
-    scales = junk[2 * 512:].view("<u2").reshape(2, 16)
+            junk[o + 4 : o + 8] = 0xAA
+            junk[o + 12 : o + 16] = 0xAA
+    scales = junk[2 * 512 :].view("<u2").reshape(2, 16)
     rows = np.arange(16)  # sub-tile row 8h + i has scale index 2i + h
     scales[:, (2 * (rows % 8) + rows // 8)[rows >= n]] = 0x7E00
     assert np.array_equal(host.convert_layout(junk, n, k, "tiles", "raw", rt), raw)
 
 
 # ---- formats, bit for bit -----------------------------------------------------------------
+
 
 @pytest.mark.parametrize("nb", [1, 3, 17, 1000])
 def test_ptq1_to_pq2(host, nb):
@@ -158,7 +147,7 @@ def test_tq2_to_pq2(host, nb):
 
 @pytest.mark.parametrize("nb", [1, 3, 17, 1000])
 def test_pq2_to_ptq1(host, nb):
-    src = ternary_raw(nb, seed=nb)
+    src = ternary_pq2(np.random.default_rng(nb), nb, finite=False)
     got = host.pq2_to_ptq1(src)
     assert np.array_equal(got, F.pq2_to_ptq1(src))
     assert np.array_equal(host.ptq1_to_pq2(got), src)
@@ -166,12 +155,12 @@ def test_pq2_to_ptq1(host, nb):
 
 # ---- arithmetic ---------------------------------------------------------------------------
 
-DEQ_CASES = [(s, lay, rt) for s in SHAPES
-             for lay, rt in [("raw", 0), ("planes", 0)] + [("tiles", r) for r in RTS]]
+DEQ_CASES = [(s, lay, rt) for s in SHAPES for lay, rt in LAYOUT_RTS]
 
 
-@pytest.mark.parametrize("shape,layout,rt", DEQ_CASES,
-                         ids=[f"{shape_id(s)}-{lay}{rt or ''}" for s, lay, rt in DEQ_CASES])
+@pytest.mark.parametrize(
+    "shape,layout,rt", DEQ_CASES, ids=[f"{shape_id(s)}-{lay}{rt or ''}" for s, lay, rt in DEQ_CASES]
+)
 def test_dequantize(host, shape, layout, rt):
     n, k = shape
     raw = random_raw(n, k, seed=3, finite=True)
@@ -199,7 +188,7 @@ def test_quantize_q8_nan_inf(host):
     quotients give 0)."""
     x = np.random.default_rng(7).standard_normal((2, 640)).astype(np.float32)
     x[0, 3], x[0, 128:256], x[1, 300], x[1, 400:402] = np.nan, np.nan, np.inf, [np.nan, -np.inf]
-    for got, want in zip(host.quantize_q8(x), R.quantize_q8(x)):
+    for got, want in zip(host.quantize_q8(x), R.quantize_q8(x), strict=True):
         assert np.array_equal(np.asarray(got).view(np.uint8), np.asarray(want).view(np.uint8))
 
 
@@ -212,21 +201,30 @@ def test_quantize_q8_non_contiguous(host):
     assert np.array_equal(host.quantize_q8(wide[:, ::2])[0], R.quantize_q8(x)[0])
 
 
-MATMUL_CASES = [(m, n, k, lay, rt)
-                for m, (n, k) in zip([1, 2, 3, 4, 5, 16], SHAPES)
-                for lay, rt in [("raw", 0), ("planes", 0)] + [("tiles", r) for r in RTS]]
+MATMUL_CASES = [
+    (m, n, k, lay, rt)
+    for m, (n, k) in zip([1, 2, 3, 4, 5, 16], SHAPES, strict=True)
+    for lay, rt in LAYOUT_RTS
+]
 
 
-@pytest.mark.parametrize("m,n,k,layout,rt", MATMUL_CASES,
-                         ids=[f"m{c[0]}-n{c[1]}-k{c[2]}-{c[3]}{c[4] or ''}"
-                              for c in MATMUL_CASES])
+@pytest.mark.parametrize(
+    "m,n,k,layout,rt",
+    MATMUL_CASES,
+    ids=[f"m{c[0]}-n{c[1]}-k{c[2]}-{c[3]}{c[4] or ''}" for c in MATMUL_CASES],
+)
 def test_matmul(host, m, n, k, layout, rt):
     raw = random_raw(n, k, seed=k + n, finite=True)
     # Keep scales moderate so the products stay far from fp32 overflow.
-    raw.reshape(-1, 34)[:, :2] = (np.random.default_rng(n).uniform(-2, 2, raw.size // 34)
-                                  .astype(np.float16).view(np.uint8).reshape(-1, 2))
+    raw.reshape(-1, 34)[:, :2] = (
+        np.random.default_rng(n)
+        .uniform(-2, 2, raw.size // 34)
+        .astype(np.float16)
+        .view(np.uint8)
+        .reshape(-1, 2)
+    )
     x = edge_activations(m, k, seed=m)
-    x[np.abs(x) > 1e6] = 1.0   # the 1e30 group would swamp the comparison
+    x[np.abs(x) > 1e6] = 1.0  # the 1e30 group would swamp the comparison
     y = host.matmul(L.from_raw(raw, n, k, layout, rt), n, k, x, layout, rt)
     want = R.matmul_q8(raw, n, k, x)
     assert y.shape == (m, n) and y.dtype == np.float32
@@ -240,13 +238,14 @@ def test_matmul_same_bits_in_every_layout(host):
     raw.reshape(-1, 34)[:, :2] = np.array([0.01], np.float16).view(np.uint8)
     x = np.random.default_rng(12).standard_normal((m, k)).astype(np.float32)
     y = host.matmul(raw, n, k, x)
-    for layout, rt in [("planes", 0)] + [("tiles", r) for r in RTS]:
+    for layout, rt in LAYOUT_RTS[1:]:  # every layout but raw
         y2 = host.matmul(L.from_raw(raw, n, k, layout, rt), n, k, x, layout, rt)
         assert np.array_equal(bits(y2), bits(y)), f"{layout} rt={rt}"
     assert np.array_equal(host.matmul(raw, n, k, x[1]), y[1])
 
 
 # ---- errors -------------------------------------------------------------------------------
+
 
 def test_k_not_multiple_of_128(host):
     with pytest.raises(Pq2Error) as e:
@@ -282,8 +281,10 @@ def test_null_pointers(native):
     assert lib.pq2_convert_layout(ffi.NULL, dst, 34, 0, 0) == lib.PQ2_ERR_NULL_POINTER
     w = ffi.new("pq2_weights *", {"data": ffi.NULL, "n": 1, "k": 128, "layout": 0, "rt": 0})
     assert lib.pq2_convert_layout(w, dst, 34, 1, 0) == lib.PQ2_ERR_NULL_POINTER
-    assert lib.pq2_quantize_q8_host(ffi.NULL, 1, 128, ffi.NULL, ffi.NULL, ffi.NULL) == \
-        lib.PQ2_ERR_NULL_POINTER
+    assert (
+        lib.pq2_quantize_q8_host(ffi.NULL, 1, 128, ffi.NULL, ffi.NULL, ffi.NULL)
+        == lib.PQ2_ERR_NULL_POINTER
+    )
     assert ffi.string(lib.pq2_last_error()) != b""
 
 
@@ -296,8 +297,9 @@ def test_size_mismatch(native, host):
         assert e.value.status_name == "PQ2_ERR_SHAPE" and str(size) in e.value.message, fn
     # dst_bytes one short of what the layout needs.
     raw = np.zeros(3 * 34, np.uint8)
-    src = ffi.new("pq2_weights *", {"data": ffi.from_buffer(raw), "n": 1, "k": 384,
-                                    "layout": 0, "rt": 0})
+    src = ffi.new(
+        "pq2_weights *", {"data": ffi.from_buffer(raw), "n": 1, "k": 384, "layout": 0, "rt": 0}
+    )
     dst = ffi.new("uint8_t[]", 16 * 3 * 34)
     assert lib.pq2_convert_layout(src, dst, 16 * 3 * 34 - 1, 2, 1) == lib.PQ2_ERR_SHAPE
     assert str(16 * 3 * 34 - 1) in ffi.string(lib.pq2_last_error()).decode()

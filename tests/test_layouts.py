@@ -1,16 +1,17 @@
-"""numpy layouts (pyq2.layouts) against the byte positions written in pq2.h."""
-import itertools
+"""numpy layouts (pyq2.layouts) against the byte positions written in FORMATS.md."""
 
 import numpy as np
 import pytest
 
 from pyq2 import layouts as L
 
+from .conftest import conversion_cases, conversion_id, random_raw, shape_id
+
 SHAPES = [(1, 128), (3, 384), (17, 640), (33, 128), (65, 384), (300, 1024)]
-RTS = [1, 2, 4]
 
 
-# ---- references: byte positions of pq2.h, one byte at a time ----------------------------
+# ---- references: byte positions of FORMATS.md, one byte at a time ----------------------------
+
 
 def raw_qs(raw, k, row, g, b):
     """qs[b] of block (row, g) in a raw matrix: row stride K/128*34, d first (2 bytes)."""
@@ -19,23 +20,15 @@ def raw_qs(raw, k, row, g, b):
 
 def raw_d(raw, k, row, g):
     o = (row * (k // 128) + g) * 34
-    return raw[o:o + 2].tobytes()
+    return raw[o : o + 2].tobytes()
 
 
 def tile_code_offset(t, g, r, lane, j, G, rt):
     return ((t * G + g) * rt + r) * 512 + lane * 16 + j
 
 
-def random_raw(n, k, seed=0):
-    # Random bytes, scales included: NaN and Inf bit patterns must move like any other bytes.
-    return np.random.default_rng(seed).integers(0, 256, n * (k // 128) * 34, dtype=np.uint8)
-
-
-def shape_id(s):
-    return f"n{s[0]}-k{s[1]}"
-
-
 # ---- sizes -------------------------------------------------------------------------------
+
 
 def test_layout_bytes():
     assert L.layout_bytes("raw", 3, 384) == 3 * 3 * 34
@@ -54,6 +47,7 @@ def test_layout_bytes():
 
 # ---- round trips -------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("n,k", SHAPES, ids=[shape_id(s) for s in SHAPES])
 def test_planes_round_trip(n, k):
     raw = random_raw(n, k)
@@ -62,7 +56,7 @@ def test_planes_round_trip(n, k):
     assert np.array_equal(L.from_planes(planes, n, k), raw)
 
 
-@pytest.mark.parametrize("rt", RTS, ids=[f"rt{r}" for r in RTS])
+@pytest.mark.parametrize("rt", L.TILE_RTS, ids=[f"rt{r}" for r in L.TILE_RTS])
 @pytest.mark.parametrize("n,k", SHAPES, ids=[shape_id(s) for s in SHAPES])
 def test_tiles_round_trip_and_padding(n, k, rt):
     raw = random_raw(n, k, seed=n + k + rt)
@@ -77,15 +71,10 @@ def test_tiles_round_trip_and_padding(n, k, rt):
     assert (padded[n:, :, 2:] == 0x55).all() and (padded[n:, :, :2] == 0).all()
 
 
-CASES = [(s, a, b, ra, rb) for s in [(17, 384), (65, 640)]
-         for a, b in itertools.product(L.LAYOUTS, repeat=2)
-         for ra in ([1, 2, 4] if a == "tiles" else [0])
-         for rb in ([1, 2, 4] if b == "tiles" else [0])]
+CASES = conversion_cases([(17, 384), (65, 640)])
 
 
-@pytest.mark.parametrize("shape,src,dst,src_rt,dst_rt", CASES,
-                         ids=[f"{shape_id(c[0])}-{c[1]}{c[3] or ''}-to-{c[2]}{c[4] or ''}"
-                              for c in CASES])
+@pytest.mark.parametrize("shape,src,dst,src_rt,dst_rt", CASES, ids=map(conversion_id, CASES))
 def test_convert_every_direction(shape, src, dst, src_rt, dst_rt):
     n, k = shape
     raw = random_raw(n, k, seed=5)
@@ -105,6 +94,7 @@ def test_wrong_buffer_size():
 
 # ---- byte positions checked by hand ------------------------------------------------------
 
+
 def test_planes_byte_positions():
     n, k = 5, 384
     G = k // 128
@@ -114,7 +104,7 @@ def test_planes_byte_positions():
     row, g, b = 3, 2, 29
     assert planes[row * (k // 4) + g * 32 + b] == raw_qs(raw, k, row, g, b)
     o = n * k // 4 + 2 * (row * G + g)
-    assert planes[o:o + 2].tobytes() == raw_d(raw, k, row, g)
+    assert planes[o : o + 2].tobytes() == raw_d(raw, k, row, g)
 
 
 def test_tiles_one_lane_by_hand():
@@ -129,10 +119,12 @@ def test_tiles_one_lane_by_hand():
     raw = random_raw(n, k, seed=8)
     tiles = L.to_tiles(raw, n, k, rt)
     assert tile_code_offset(0, 1, 1, 22, 0, 2, rt) == 1888
-    want = [raw_qs(raw, k, 21, 1, 16 + j) for j in range(4)] + \
-           [raw_qs(raw, k, 29, 1, 16 + j) for j in range(4)] + \
-           [raw_qs(raw, k, 21, 1, 20 + j) for j in range(4)] + \
-           [raw_qs(raw, k, 29, 1, 20 + j) for j in range(4)]
+    want = (
+        [raw_qs(raw, k, 21, 1, 16 + j) for j in range(4)]
+        + [raw_qs(raw, k, 29, 1, 16 + j) for j in range(4)]
+        + [raw_qs(raw, k, 21, 1, 20 + j) for j in range(4)]
+        + [raw_qs(raw, k, 29, 1, 20 + j) for j in range(4)]
+    )
     assert tiles[1888:1904].tolist() == want
     # Scales start at T*G*RT*512 = 4096; row 21 of tile 0 is row 8h + i = 5 (h 0, i 5) of
     # sub-tile 1, so its fp16 for group 1 has index ((0*2 + 1)*2 + 1)*16 + 2*5 + 0 = 58, bytes
@@ -141,13 +133,13 @@ def test_tiles_one_lane_by_hand():
     assert tiles[4214:4216].tobytes() == raw_d(raw, k, 29, 1)
     # Tile 1, group 0, sub-tile 1 (rows 48..63, all padding), any lane: code 0x55, scale 0.
     o = tile_code_offset(1, 0, 1, 0, 0, 2, rt)
-    assert (tiles[o:o + 512] == 0x55).all()
+    assert (tiles[o : o + 512] == 0x55).all()
     s = 4096 + 2 * ((1 * 2 + 0) * 2 + 1) * 16
-    assert not tiles[s:s + 32].any()
+    assert not tiles[s : s + 32].any()
 
 
 def test_tiles_every_lane_formula():
-    # The formula of pq2.h applied to every byte of a small matrix with a partial tile.
+    # The formula of FORMATS.md applied to every byte of a small matrix with a partial tile.
     n, k, rt = 21, 384, 1
     G, tr = k // 128, 16
     raw = random_raw(n, k, seed=9)

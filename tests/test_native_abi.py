@@ -1,5 +1,6 @@
 """The C ABI as a host sees it: exported symbols, version, status names, the thread-local last
 error, and what the GPU entry points answer on a machine without a GPU or a build without CUDA."""
+
 import importlib.resources
 import importlib.util
 import os
@@ -12,8 +13,10 @@ import pytest
 from pyq2 import _native
 
 if not _native.available() and not os.environ.get("PYQ2_REQUIRE_NATIVE"):
-    pytest.skip("libpq2 not loadable (set PYQ2_REQUIRE_NATIVE=1 to make this an error)",
-                allow_module_level=True)
+    pytest.skip(
+        "libpq2 not loadable (set PYQ2_REQUIRE_NATIVE=1 to make this an error)",
+        allow_module_level=True,
+    )
 
 ffi, lib = _native.load()
 
@@ -23,6 +26,7 @@ FUNCTIONS = re.findall(r"\b(pq2_\w+)\s*\(", _native._cdef_and_abi()[0])
 def has_gpu():
     try:
         import torch
+
         return torch.cuda.is_available()
     except ImportError:
         return False
@@ -98,9 +102,15 @@ def test_gpu_entry_points_fail_cleanly_without_a_gpu():
 
 
 def test_python_constants_match_the_header():
-    from pyq2 import formats, gguf_io
-    assert gguf_io.PQ2_FORMAT_VERSION == lib.PQ2_FORMAT_VERSION
-    assert (formats.PQ2_BLOCK_BYTES, formats.PTQ1_BLOCK_BYTES, formats.TQ2_BLOCK_BYTES) == \
-        (lib.PQ2_BLOCK_BYTES, lib.PTQ1_BLOCK_BYTES, lib.TQ2_BLOCK_BYTES)
-    assert (formats.PQ2_BLOCK_WEIGHTS, formats.TQ2_BLOCK_WEIGHTS) == \
-        (lib.PQ2_BLOCK_WEIGHTS, lib.TQ2_BLOCK_WEIGHTS)
+    from pyq2 import formats, metadata
+
+    assert metadata.FORMAT_VERSION == lib.PQ2_FORMAT_VERSION
+    assert (formats.PQ2_BLOCK_BYTES, formats.PTQ1_BLOCK_BYTES, formats.TQ2_BLOCK_BYTES) == (
+        lib.PQ2_BLOCK_BYTES,
+        lib.PTQ1_BLOCK_BYTES,
+        lib.TQ2_BLOCK_BYTES,
+    )
+    assert (formats.PQ2_BLOCK_WEIGHTS, formats.TQ2_BLOCK_WEIGHTS) == (
+        lib.PQ2_BLOCK_WEIGHTS,
+        lib.TQ2_BLOCK_WEIGHTS,
+    )

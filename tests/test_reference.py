@@ -1,4 +1,5 @@
 """numpy arithmetic references (pyq2.reference): Q8 activation rules of FORMATS.md and matmul."""
+
 import numpy as np
 import pytest
 
@@ -14,6 +15,7 @@ F64_REL_TOL = 1e-12
 
 
 # ---- references: FORMATS.md rules one element at a time, with numpy fp32 scalars ---------
+
 
 def naive_q8_group(xs):
     """(q list in element order, fp32 scale) of one group of 128 fp32 values."""
@@ -32,6 +34,7 @@ def group_with(values, fill=0.0):
 
 # ---- quantize_q8 ---------------------------------------------------------------------------
 
+
 def test_all_zero_group_and_negative_zero():
     x = np.zeros((2, 256), np.float32)
     x[1, 128:] = -0.0
@@ -46,7 +49,7 @@ def test_ties_round_half_to_even():
     x = group_with([127, 0.5, 1.5, 2.5, -2.5, -0.5, 126.5, -126.5, 3.5, -0.0])
     assert R.INV_127_F32 * np.float32(127) == 1.0
     q8, scales, sums = R.quantize_q8(x)
-    q = q8[0, R.plane_order(128).argsort()]   # back to element order
+    q = q8[0, R.plane_order(128).argsort()]  # back to element order
     assert scales[0, 0] == 1.0
     assert q[:10].tolist() == [127, 0, 2, 2, -2, 0, 126, -126, 4, 0]
     assert sums[0, 0] == 127 + 2 + 2 - 2 + 126 - 126 + 4
@@ -61,13 +64,17 @@ def test_scale_is_reciprocal_multiply_not_division():
     assert scales[0, 0] == v * R.INV_127_F32 and scales[0, 0] != v / np.float32(127)
 
 
-@pytest.mark.parametrize("values", [
-    [1e30, -5e29, 1.0, 3e29],
-    [3.0e38, -3.0e38, 1e37],
-    [1e-40, -5e-41, 3e-41, 1e-45],              # subnormal group, subnormal non-zero scale
-    [1.4e-45, -1.4e-45],                        # scale underflows to 0: divide by 1, q = 0
-    [0.1, -0.2, 0.3, 1e-8, -7.0],
-], ids=["1e30", "3e38", "subnormal", "min-subnormal", "mixed"])
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1e30, -5e29, 1.0, 3e29],
+        [3.0e38, -3.0e38, 1e37],
+        [1e-40, -5e-41, 3e-41, 1e-45],  # subnormal group, subnormal non-zero scale
+        [1.4e-45, -1.4e-45],  # scale underflows to 0: divide by 1, q = 0
+        [0.1, -0.2, 0.3, 1e-8, -7.0],
+    ],
+    ids=["1e30", "3e38", "subnormal", "min-subnormal", "mixed"],
+)
 def test_edge_groups_match_naive(values):
     x = group_with(values)
     q8, scales, sums = R.quantize_q8(x)
@@ -83,9 +90,9 @@ def test_nan_and_inf_groups():
     inputs quantise to 0 and +-inf to 0 as well (inf / inf); finite values beside an inf
     divide by inf and give 0 too."""
     x = np.zeros((1, 512), np.float32)
-    x[0, :4] = [np.nan, 2.0, -1.0, 0.5]                    # NaN ignored: scale 2/127
-    x[0, 128:256] = np.nan                                 # all NaN: scale 0, q 0
-    x[0, 256:260] = [np.inf, 3.0, -np.inf, np.nan]         # scale inf: every q 0
+    x[0, :4] = [np.nan, 2.0, -1.0, 0.5]  # NaN ignored: scale 2/127
+    x[0, 128:256] = np.nan  # all NaN: scale 0, q 0
+    x[0, 256:260] = [np.inf, 3.0, -np.inf, np.nan]  # scale inf: every q 0
     x[0, 384:386] = [-np.inf, 1.0]
     q8, scales, sums = R.quantize_q8(x)
     q = q8[0, R.plane_order(512).argsort()]
@@ -102,8 +109,8 @@ def test_gaussian_rows_match_naive():
     qe = q8[:, R.plane_order(384).argsort()]
     for m in range(3):
         for g in range(3):
-            q, scale = naive_q8_group(x[m, g * 128:(g + 1) * 128])
-            assert qe[m, g * 128:(g + 1) * 128].tolist() == q
+            q, scale = naive_q8_group(x[m, g * 128 : (g + 1) * 128])
+            assert qe[m, g * 128 : (g + 1) * 128].tolist() == q
             assert scales[m, g] == scale and sums[m, g] == sum(q)
 
 
@@ -112,7 +119,7 @@ def test_plane_order_positions():
     x = np.random.default_rng(2).standard_normal((2, 256)).astype(np.float32)
     q8, _, _ = R.quantize_q8(x)
     for g in range(2):
-        q, _ = naive_q8_group(x[1, g * 128:(g + 1) * 128])
+        q, _ = naive_q8_group(x[1, g * 128 : (g + 1) * 128])
         for i in range(128):
             assert q8[1, g * 128 + (i % 4) * 32 + i // 4] == q[i]
     assert sorted(R.plane_order(256).tolist()) == list(range(256))
@@ -127,13 +134,15 @@ def test_quantize_q8_rejects_bad_input():
 
 # ---- matmul --------------------------------------------------------------------------------
 
+
 def random_weights(n, k, seed):
     rng = np.random.default_rng(seed)
     return F.pq2_quantize(rng.standard_normal((n, k)) * 0.02)
 
 
-@pytest.mark.parametrize("m,n,k", [(1, 33, 128), (3, 17, 384), (8, 65, 640), (16, 256, 2048)],
-                         ids=lambda v: str(v))
+@pytest.mark.parametrize(
+    "m,n,k", [(1, 33, 128), (3, 17, 384), (8, 65, 640), (16, 256, 2048)], ids=lambda v: str(v)
+)
 def test_matmul_q8_close_to_float(m, n, k):
     raw = random_weights(n, k, seed=n)
     x = np.random.default_rng(k).standard_normal((m, k)).astype(np.float32)
@@ -146,16 +155,21 @@ def test_matmul_q8_equals_plane_order_identity():
     # the library computes.
     n, k, m = 9, 640, 4
     rng = np.random.default_rng(3)
-    raw = F.pq2_pack(rng.integers(0, 4, (n * k // 128, 128)),
-                     rng.uniform(-1, 1, n * k // 128).astype(np.float16)).reshape(-1)
+    raw = F.pq2_pack(
+        rng.integers(0, 4, (n * k // 128, 128)), rng.uniform(-1, 1, n * k // 128).astype(np.float16)
+    ).reshape(-1)
     x = rng.standard_normal((m, k)).astype(np.float32)
     q8, sx, sums = R.quantize_q8(x)
     codes, dw = F.pq2_unpack(raw)
     cp = codes.reshape(n, k)[:, R.plane_order(k)].astype(np.int64).reshape(n, -1, 128)
     qp = q8.astype(np.int64).reshape(m, -1, 128)
     ints = np.einsum("ngi,mgi->mng", cp, qp) - sums[:, None, :]
-    want = np.einsum("mng,mg,ng->mn", ints.astype(np.float64), sx.astype(np.float64),
-                     dw.astype(np.float64).reshape(n, -1))
+    want = np.einsum(
+        "mng,mg,ng->mn",
+        ints.astype(np.float64),
+        sx.astype(np.float64),
+        dw.astype(np.float64).reshape(n, -1),
+    )
     got = R.matmul_q8(raw, n, k, x)
     assert R.rel_rms(got, want) <= F64_REL_TOL, R.worst_element(got, want)
 

@@ -1,19 +1,26 @@
-"""The repacker (pyq2.repack): layouts, byte-exact round trips, pass-through, bad input, verify."""
+"""The repacker (pyq2.repack) and pyq2.verify: layouts, byte-exact round trips, pass-through,
+bad input, and what verify reports."""
+
 import errno
 import os
 
 import numpy as np
 import pytest
-from gguf import GGMLQuantizationType as Q, GGUFValueType as V
+from gguf import GGMLQuantizationType as Q
+from gguf import GGUFValueType as V
 
+import pyq2.weight_io
 from pyq2 import formats, gguf_io, layouts
 from pyq2.demo import write_demo_model
-from pyq2.errors import FormatError
+from pyq2.errors import FormatError, RepackError
 from pyq2.gguf_io import OutTensor
-from pyq2.repack import RepackError, default_out_path, repack, verify
+from pyq2.repack import default_out_path, repack
+from pyq2.verify import verify
 
+from .conftest import listing, patched, random_pq2, ternary_pq2, write_gguf_file
 
 # ---- references and builders --------------------------------------------------------------
+
 
 def data_region(path) -> bytes:
     with gguf_io.open_gguf(path) as f:
@@ -26,8 +33,7 @@ def data_region(path) -> bytes:
 def kv_records(path, skip_pyq2=True) -> list:
     """(key, raw record bytes) of every key/value, in file order."""
     with gguf_io.open_gguf(path) as f:
-        return [(k, f.kv_record(k)) for k in f.keys()
-                if not (skip_pyq2 and k.startswith("pyq2."))]
+        return [(k, f.kv_record(k)) for k in f.keys() if not (skip_pyq2 and k.startswith("pyq2."))]
 
 
 def tensors_of(path) -> dict:
@@ -36,24 +42,13 @@ def tensors_of(path) -> dict:
         return {t.name: (t.type_id, t.ne, f.data(t).tobytes()) for t in f.tensors}
 
 
-def random_pq2(rng, n, k):
-    """PQ2_0 blocks with every code 0..3 and finite, varied fp16 scales."""
-    blocks = rng.integers(0, 256, (n * k // 128, 34), dtype=np.uint8)
-    d = (rng.standard_normal(len(blocks)) * 0.05).astype(np.float16)
-    blocks[:, :2] = d.view(np.uint8).reshape(-1, 2)
-    return blocks.reshape(-1)
-
-
-def ternary_pq2(rng, n, k):
-    """PQ2_0 blocks without code 3 (representable in PTQ1_0)."""
-    codes = rng.integers(0, 3, (n * k // 128, 128))
-    d = (rng.random(len(codes)) * 0.05).astype(np.float16)
-    return formats.pq2_pack(codes, d).reshape(-1)
-
-
 # (name, source type, K, N): odd N exercises the tile padding rows, N = 1 the smallest matrix.
-WEIGHTS = [("blk.0.attn_q.weight", "PQ2_0", 256, 100), ("blk.0.ffn_down.weight", "PQ2_0", 384, 65),
-           ("blk.0.one_row.weight", "PQ2_0", 128, 1), ("blk.0.ffn_up.weight", "PQ2_0", 512, 64)]
+WEIGHTS = [
+    ("blk.0.attn_q.weight", "PQ2_0", 256, 100),
+    ("blk.0.ffn_down.weight", "PQ2_0", 384, 65),
+    ("blk.0.one_row.weight", "PQ2_0", 128, 1),
+    ("blk.0.ffn_up.weight", "PQ2_0", 512, 64),
+]
 
 
 def write_model(path, rng, weights=WEIGHTS, alignment=32, extra_kv=()):
@@ -69,7 +64,7 @@ def write_model(path, rng, weights=WEIGHTS, alignment=32, extra_kv=()):
             raw = random_pq2(rng, n, k)
             data, tid = raw, gguf_io.PQ2_0
         elif kind == "PTQ1_0":
-            raw = ternary_pq2(rng, n, k)
+            raw = ternary_pq2(rng, n * k // 128)
             data, tid = formats.pq2_to_ptq1(raw), gguf_io.PTQ1_0
         else:  # TQ2_0: 256-weight blocks
             tq = rng.integers(0, 256, (n * k // 256, 66), dtype=np.uint8)
@@ -82,15 +77,19 @@ def write_model(path, rng, weights=WEIGHTS, alignment=32, extra_kv=()):
     tensors.append((OutTensor("f16.weight", int(Q.F16), (64, 3), f16.nbytes), f16))
     q8 = rng.integers(0, 256, 4 * 34, dtype=np.uint8)
     tensors.append((OutTensor("q8.weight", int(Q.Q8_0), (64, 2), q8.nbytes), q8))
-    kv = [("general.architecture", V.STRING, "qwen35"), ("general.file_type", V.UINT32, 141),
-          ("t.bool", V.BOOL, True), ("t.f32", V.FLOAT32, 0.1), ("t.i8", V.INT8, -3),
-          ("t.tokens", V.ARRAY, ["a", "bb", ""], V.STRING),
-          ("t.scores", V.ARRAY, [0.5, -1.0, 3.0], V.FLOAT32), ("t.empty", V.ARRAY, [], V.UINT8),
-          ("t.u64", V.UINT64, 2**60), *extra_kv]
-    if alignment != 32:
-        kv.insert(1, ("general.alignment", V.UINT32, alignment))
-    gguf_io.write_gguf(path, [gguf_io.encode_kv(*item) for item in kv], [t for t, _ in tensors],
-                       lambda i, t: (tensors[i][1],), alignment=alignment)
+    kv = [
+        ("general.architecture", V.STRING, "qwen35"),
+        ("general.file_type", V.UINT32, 141),
+        ("t.bool", V.BOOL, True),
+        ("t.f32", V.FLOAT32, 0.1),
+        ("t.i8", V.INT8, -3),
+        ("t.tokens", V.ARRAY, ["a", "bb", ""], V.STRING),
+        ("t.scores", V.ARRAY, [0.5, -1.0, 3.0], V.FLOAT32),
+        ("t.empty", V.ARRAY, [], V.UINT8),
+        ("t.u64", V.UINT64, 2**60),
+        *extra_kv,
+    ]
+    write_gguf_file(path, kv, tensors, alignment=alignment)
     return raws
 
 
@@ -101,15 +100,15 @@ def model(tmp_path):
     return path, raws
 
 
-def listing(d):
-    return sorted(os.listdir(d))
-
-
 # ---- round trips --------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("alignment", [32, 64], ids=["align32", "align64"])
-@pytest.mark.parametrize("layout,rt", [("planes", 0), ("tiles", 1), ("tiles", 2), ("tiles", 4)],
-                         ids=["planes", "tiles-rt1", "tiles-rt2", "tiles-rt4"])
+@pytest.mark.parametrize(
+    "layout,rt",
+    [("planes", 0), ("tiles", 1), ("tiles", 2), ("tiles", 4)],
+    ids=["planes", "tiles-rt1", "tiles-rt2", "tiles-rt4"],
+)
 def test_round_trip_to_raw_is_byte_identical(tmp_path, layout, rt, alignment):
     src = tmp_path / "m.gguf"
     write_model(src, np.random.default_rng(1), alignment=alignment)
@@ -122,14 +121,17 @@ def test_round_trip_to_raw_is_byte_identical(tmp_path, layout, rt, alignment):
     assert back.read_bytes() == src.read_bytes()
 
 
-@pytest.mark.parametrize("layout,rt", [("planes", 0), ("tiles", 1), ("tiles", 2), ("tiles", 4)],
-                         ids=["planes", "tiles-rt1", "tiles-rt2", "tiles-rt4"])
+@pytest.mark.parametrize(
+    "layout,rt",
+    [("planes", 0), ("tiles", 1), ("tiles", 2), ("tiles", 4)],
+    ids=["planes", "tiles-rt1", "tiles-rt2", "tiles-rt4"],
+)
 def test_repacked_bytes_match_the_layout_reference(tmp_path, model, layout, rt):
     src, raws = model
     out = tmp_path / "o.gguf"
     repack(src, out, layout=layout, rt=rt)
     got = tensors_of(out)
-    for name, kind, k, n in WEIGHTS:
+    for name, _, k, n in WEIGHTS:
         tid, ne, data = got[name]
         want = layouts.convert(np.frombuffer(raws[name], np.uint8), n, k, "raw", layout, 0, rt)
         assert (tid, ne) == (gguf_io.I8, (want.nbytes,))
@@ -138,12 +140,14 @@ def test_repacked_bytes_match_the_layout_reference(tmp_path, model, layout, rt):
 
 @pytest.mark.parametrize("chunk", [1, 3 * 34 * 4], ids=["one-tile-per-slice", "small-slices"])
 @pytest.mark.parametrize("kind", ["PQ2_0", "PTQ1_0", "TQ2_0"])
-@pytest.mark.parametrize("layout,rt", [("raw", 0), ("planes", 0), ("tiles", 1), ("tiles", 4)],
-                         ids=["raw", "planes", "tiles-rt1", "tiles-rt4"])
+@pytest.mark.parametrize(
+    "layout,rt",
+    [("raw", 0), ("planes", 0), ("tiles", 1), ("tiles", 4)],
+    ids=["raw", "planes", "tiles-rt1", "tiles-rt4"],
+)
 def test_row_slices_give_whole_tensor_bytes(tmp_path, monkeypatch, layout, rt, kind, chunk):
     """Weights are converted in slices of rows; the result must equal one whole conversion."""
-    import pyq2.repack
-    monkeypatch.setattr(pyq2.repack, "CONVERT_CHUNK", chunk)
+    monkeypatch.setattr(pyq2.weight_io, "CONVERT_CHUNK", chunk)
     weights = [("w.a", kind, 512, 200), ("w.b", kind, 256, 1), ("w.c", kind, 768, 129)]
     src, out = tmp_path / "m.gguf", tmp_path / "o.gguf"
     raws = write_model(src, np.random.default_rng(7), weights=weights)
@@ -177,12 +181,12 @@ def test_pyq2_metadata(tmp_path, model):
         assert f.value("pyq2.format_version") == 2
         assert f.value_type("pyq2.format_version") == V.UINT32
         assert f.value("pyq2.layout") == "tiles"
-        for name, kind, k, n in WEIGHTS:
-            key = lambda a: f"pyq2.tensor.{name}.{a}"  # noqa: E731
-            assert f.value(key("layout")) == "tiles" and f.value(key("rt")) == 2
-            assert f.value_type(key("rt")) == V.UINT32
-            assert f.value(key("shape")) == [k, n] and f.array_type(key("shape")) == V.UINT64
-            assert f.value(key("source_type")) == 142
+        for name, _, k, n in WEIGHTS:
+            key = f"pyq2.tensor.{name}."
+            assert f.value(key + "layout") == "tiles" and f.value(key + "rt") == 2
+            assert f.value_type(key + "rt") == V.UINT32
+            assert f.value(key + "shape") == [k, n] and f.array_type(key + "shape") == V.UINT64
+            assert f.value(key + "source_type") == 142
             info = f.weight_info(f.tensor(name))
             assert (info.layout, info.rt, info.k, info.n) == ("tiles", 2, k, n)
 
@@ -193,6 +197,7 @@ def test_a_loader_expecting_pq2_fails_loudly(tmp_path, model):
     out = tmp_path / "o.gguf"
     repack(src, out, layout="planes")
     import gguf
+
     r = gguf.GGUFReader(out)  # the stock reader still reads it: I8 is a plain type
     t = next(t for t in r.tensors if t.name == "blk.0.attn_q.weight")
     assert t.tensor_type == Q.I8 and t.shape.tolist() != [256, 100] and len(t.shape) == 1
@@ -235,8 +240,8 @@ def test_ptq1_and_tq2_sources(tmp_path, kind):
     assert back.read_bytes() == raw.read_bytes()
 
 
-def test_demo_model_round_trip(tmp_path):
-    src = write_demo_model(tmp_path / "demo.gguf")
+def test_demo_model_round_trip(tmp_path, demo):
+    src = demo
     tiles, back = tmp_path / "t.gguf", tmp_path / "b.gguf"
     repack(src, tiles)
     repack(tiles, back, layout="raw")
@@ -255,6 +260,7 @@ def test_demo_model_is_deterministic(tmp_path):
 
 def test_native_and_numpy_backends_agree(tmp_path, model):
     from pyq2 import _native
+
     if not _native.available():
         pytest.skip("libpq2 is not built")
     src, _ = model
@@ -277,7 +283,7 @@ def test_three_d_weight(tmp_path):
     raw = random_pq2(rng, 6, 256)
     t = OutTensor("experts.weight", gguf_io.PQ2_0, (256, 3, 2), raw.nbytes)
     src = tmp_path / "m.gguf"
-    gguf_io.write_gguf(src, [], [t], lambda i, t: (raw,))
+    write_gguf_file(src, [], [(t, raw)])
     out = tmp_path / "raw.gguf"
     repack(src, out, layout="raw")
     assert out.read_bytes() == src.read_bytes()
@@ -287,6 +293,7 @@ def test_three_d_weight(tmp_path):
 
 
 # ---- options ------------------------------------------------------------------------------
+
 
 def test_dry_run_writes_nothing(tmp_path, model):
     src, _ = model
@@ -350,12 +357,15 @@ def test_progress_reports_every_byte(tmp_path, model):
 
 # ---- bad input ----------------------------------------------------------------------------
 
-def _poison_scale(path, name, block, value):
-    with gguf_io.open_gguf(path) as f:
-        at = f.tensor(name).offset + block * 34
-    blob = bytearray(path.read_bytes())
-    blob[at:at + 2] = np.float16(value).tobytes()
-    path.write_bytes(bytes(blob))
+
+def _poison_scale(path, name, block, value, block_bytes=34, scale_at=0):
+    """Set the fp16 scale of a block of tensor `name` in place."""
+
+    def edit(blob, f):
+        at = f.tensor(name).offset + block * block_bytes + scale_at
+        blob[at : at + 2] = np.float16(value).tobytes()
+
+    patched(path, path, edit)
 
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf], ids=["nan", "inf", "-inf"])
@@ -369,8 +379,7 @@ def test_non_finite_scale_names_tensor_row_block(tmp_path, model, value):
 
 
 def test_non_finite_scale_row_in_a_later_slice(tmp_path, model, monkeypatch):
-    import pyq2.repack
-    monkeypatch.setattr(pyq2.repack, "CONVERT_CHUNK", 1)  # one 64-row tile per slice
+    monkeypatch.setattr(pyq2.weight_io, "CONVERT_CHUNK", 1)  # one 64-row tile per slice
     src, _ = model
     _poison_scale(src, "blk.0.attn_q.weight", 2 * 70 + 1, np.nan)  # row 70, block 1
     with pytest.raises(FormatError, match=r"'blk.0.attn_q.weight': row 70, block 1 has scale nan"):
@@ -380,11 +389,8 @@ def test_non_finite_scale_row_in_a_later_slice(tmp_path, model, monkeypatch):
 def test_non_finite_scale_in_ptq1(tmp_path):
     src = tmp_path / "m.gguf"
     write_model(src, np.random.default_rng(5), weights=[("w.p", "PTQ1_0", 256, 4)])
-    with gguf_io.open_gguf(src) as f:
-        at = f.tensor("w.p").offset + 3 * 28 + 26  # scale of block 3 (row 1, block 1), last
-    blob = bytearray(src.read_bytes())
-    blob[at:at + 2] = np.float16(np.nan).tobytes()
-    src.write_bytes(bytes(blob))
+    # Block 3 (row 1, block 1); a PTQ1_0 block keeps its scale last, at byte 26 of 28.
+    _poison_scale(src, "w.p", 3, np.nan, block_bytes=28, scale_at=26)
     with pytest.raises(FormatError, match=r"tensor 'w.p': row 1, block 1"):
         repack(src, tmp_path / "o.gguf", layout="planes")
 
@@ -404,8 +410,12 @@ def planes_with_key(src, tmp_path, key, record):
 def test_inconsistent_pyq2_metadata(tmp_path, model):
     src, _ = model
     # Claim the weight is 3 rows bigger than its bytes.
-    bad = planes_with_key(src, tmp_path, "pyq2.tensor.blk.0.attn_q.weight.shape",
-                          lambda k: gguf_io.encode_kv(k, V.ARRAY, [256, 103], V.UINT64))
+    bad = planes_with_key(
+        src,
+        tmp_path,
+        "pyq2.tensor.blk.0.attn_q.weight.shape",
+        lambda k: gguf_io.encode_kv(k, V.ARRAY, [256, 103], V.UINT64),
+    )
     with pytest.raises(FormatError, match="attn_q.weight' holds .* bytes"):
         repack(bad, tmp_path / "o.gguf")
 
@@ -415,22 +425,16 @@ def test_inconsistent_pyq2_metadata(tmp_path, model):
 @pytest.mark.parametrize("version,hint", [(3, "upgrade pyq2"), (1, "repack the original GGUF")])
 def test_other_format_version_is_refused(tmp_path, model, version, hint):
     src, _ = model
-    bad = planes_with_key(src, tmp_path, "pyq2.format_version",
-                          lambda k: gguf_io.encode_kv(k, V.UINT32, version))
+    bad = planes_with_key(
+        src, tmp_path, "pyq2.format_version", lambda k: gguf_io.encode_kv(k, V.UINT32, version)
+    )
     with pytest.raises(FormatError, match=rf"format_version is {version}.*{hint}"):
         repack(bad, tmp_path / "o.gguf")
 
 
-def test_full_disk_leaves_no_output(tmp_path, model, monkeypatch):
+def test_full_disk_leaves_no_output(tmp_path, model, full_disk):
     src, _ = model
-    calls = []
-
-    def full_disk(f, b):
-        calls.append(1)
-        if len(calls) == 4:  # header and a few tensors in
-            raise OSError(errno.ENOSPC, "No space left on device")
-        f.write(b)
-    monkeypatch.setattr(gguf_io, "_write", full_disk)
+    full_disk(4)  # header and a few tensors in
     with pytest.raises(OSError) as e:
         repack(src, tmp_path / "o.gguf")
     assert e.value.errno == errno.ENOSPC and listing(tmp_path) == ["model.gguf"]
@@ -442,6 +446,7 @@ def test_interrupt_leaves_no_output(tmp_path, model):
     def interrupt(done, total, name):
         if done > total // 2:
             raise KeyboardInterrupt
+
     with pytest.raises(KeyboardInterrupt):
         repack(src, tmp_path / "o.gguf", progress=interrupt)
     assert listing(tmp_path) == ["model.gguf"]
@@ -449,18 +454,19 @@ def test_interrupt_leaves_no_output(tmp_path, model):
 
 # ---- verify -------------------------------------------------------------------------------
 
+
 def _flip(path, name, byte, mask):
-    with gguf_io.open_gguf(path) as f:
-        at = f.tensor(name).offset + byte
-    blob = bytearray(path.read_bytes())
-    blob[at] ^= mask
-    path.write_bytes(bytes(blob))
+    """XOR byte `byte` of tensor `name` with mask, in place."""
+
+    def edit(blob, f):
+        blob[f.tensor(name).offset + byte] ^= mask
+
+    patched(path, path, edit)
 
 
 @pytest.mark.parametrize("chunk", [1, 16 << 20], ids=["row-slices", "whole"])
 def test_verify_names_first_code_mismatch(tmp_path, model, monkeypatch, chunk):
-    import pyq2.repack
-    monkeypatch.setattr(pyq2.repack, "CONVERT_CHUNK", chunk)
+    monkeypatch.setattr(pyq2.weight_io, "CONVERT_CHUNK", chunk)
     src, _ = model
     raw = tmp_path / "raw.gguf"
     repack(src, raw, layout="raw")

@@ -14,43 +14,17 @@
  * Python package (bindings/gen_cdef.py derives them from this file): keep them to plain
  * declarations, `#define NAME <integer>` constants and enums with explicit values.
  *
- * ----------------------------------------------------------------------------------------------
- * FORMATS (docs: ../shared/docs/FORMATS.md, README "Formats and layouts")
- *   PQ2_0 block, 34 bytes per 128 weights: fp16 scale d, then qs[32]; weight j is the 2-bit code
- *   at shift 2*(j%4) of qs[j/4]; value = (code - 1) * d. Code 3 (= +2) is valid.
- *
- * LAYOUTS of a PQ2_0 matrix with N rows (outputs) and K columns (inputs), K % 128 == 0, G = K/128:
- *   PQ2_LAYOUT_RAW     N rows of G blocks of 34 bytes, as stored in GGUF. N*G*34 bytes.
- *   PQ2_LAYOUT_PLANES  code plane then scale plane, one buffer, N*G*34 bytes:
- *                        codes[n][g*32 + b] = qs[b] of block (n, g)          (N x K/4 bytes)
- *                        scales[n][g]       = d of block (n, g), fp16 LE     (N x G, at byte N*K/4)
- *   PQ2_LAYOUT_TILES   tile-major for the m16n8k32 int8 MMA fragment. TR = 16*RT rows per tile,
- *                      RT in {1, 2, 4}; T = ceil(N / TR) tiles; rows N..T*TR-1 are padding
- *                      (codes 0x55 = all zero weights, scale +0.0). Code region, T*G*RT*512 bytes:
- *                        byte offset ((t*G + g)*RT + r)*512 + L*16 + j, for tile t, group g,
- *                        sub-tile r (rows t*TR + 16r .. +15), lane L = 4*gid + tq (0..31),
- *                        j = 8*hb + 4*h + c (hb, h in 0..1, c in 0..3):
- *                          qs[tq*8 + 4*hb + c] of block (t*TR + 16r + gid + 8*h, g)
- *                      so one 16-byte load per lane yields that lane's A fragment for rows
- *                      {gid, gid+8} of the sub-tile, its four 32-bit words in fragment order
- *                      (row gid, row gid+8) x (code bytes tq*8..+3, tq*8+4..+7) (format
- *                      version 2; version 1 had row gid's 8 bytes, then row gid+8's). Scale
- *                      region follows at byte T*G*RT*512:
- *                        fp16 of sub-tile row 8h + i (h in 0..1, i in 0..7) at index
- *                        ((t*G + g)*RT + r)*16 + 2*i + h,
- *                      so the scales of the lane's two rows are one 4-byte word.
- *                      Total (T*TR)*G*34 bytes (= N*G*34 when N % TR == 0).
- *
- * MMA column order used by both GPU layouts (and by the activation fragments): within one
- * 128-group and plane s, MMA column c of lane-quad tq maps to code byte tq*8 + (c%4) for
- * c = tq*4 + (0..3) and to tq*8 + 4 + (c%4) for c = 16 + tq*4 + (0..3).
- *
- * ACTIVATIONS (group-128 Q8, FORMATS.md): for x[M][K] (row-major), per row m and group g:
- *   scale[m][g] = max|x| * (1.0f/127) (fp32, reciprocal multiply),
- *   q = clamp(rint(x / scale), -127, 127) (correctly rounded fp32 division; scale 0 -> divide by 1),
- *   q8[m][g*128 + (i%4)*32 + i/4] = q of element g*128 + i   ("plane order"),
- *   sums[m][g] = sum of the 128 q (int32).
- * ---------------------------------------------------------------------------------------------- */
+ * FORMATS.md (repository root) specifies the block formats, the resident layouts byte by byte,
+ * the group-128 Q8 activations and the rotation contract. In short:
+ *   PQ2_0 block: 34 bytes per 128 weights, fp16 scale d then qs[32]; weight j is the 2-bit code at
+ *     shift 2*(j%4) of qs[j/4]; value = (code - 1) * d; code 3 (= +2) is valid.
+ *   Layouts of an N x K matrix (K % 128 == 0): RAW (N rows of K/128 blocks, as in GGUF), PLANES
+ *     (all code bytes N x K/4, then all fp16 scales N x K/128), TILES (rows in tiles of 16*rt, rt
+ *     in {1, 2, 4}, N padded to whole tiles; per (tile, 128-group) one 16-byte load per lane gives
+ *     that lane's m16n8k32 MMA A fragment; format version 2 lane order).
+ *   Q8 activations: per row and 128-group, scale = max|x| * (1.0f/127), q = clamp(rint(x /
+ *     scale), -127, 127), stored in "plane order" q8[g*128 + (i%4)*32 + i/4], int32 group sums.
+ */
 #ifndef PQ2_H
 #define PQ2_H
 
@@ -70,7 +44,7 @@ extern "C" {
 /* PQ2_CDEF_BEGIN */
 
 /* Bumped on any incompatible change of a signature, struct, enum value or layout. */
-#define PQ2_ABI_VERSION 4
+#define PQ2_ABI_VERSION 5
 
 /* Format version written to repacked files as pyq2.format_version. */
 #define PQ2_FORMAT_VERSION 2
@@ -81,20 +55,21 @@ extern "C" {
 #define TQ2_BLOCK_WEIGHTS 256
 #define TQ2_BLOCK_BYTES 66
 
-/* Largest batch the small-batch (decode) matmul family serves. */
-#define PQ2_DECODE_MAX_M 16
+/* Largest m (rows of x) the row-block kernel family serves; the matmul entry points take m in
+ * 1..PQ2_ROWBLOCK_MAX_M. */
+#define PQ2_ROWBLOCK_MAX_M 16
 
 typedef enum pq2_status {
     PQ2_OK = 0,
     PQ2_ERR_INVALID_ARGUMENT = 1, /* a value out of range: dtype, layout, rt, flags */
     PQ2_ERR_NULL_POINTER = 2,
-    PQ2_ERR_SHAPE = 3,            /* K % 128, N or M out of range, buffer size mismatch */
-    PQ2_ERR_ALIGNMENT = 4,        /* a pointer not aligned as the entry point requires */
-    PQ2_ERR_UNREPRESENTABLE = 5,  /* data the target format cannot hold (code 3 into PTQ1_0) */
-    PQ2_ERR_NO_CUDA = 6,          /* library built without CUDA */
-    PQ2_ERR_CUDA = 7,             /* a CUDA runtime error; the message has its name */
-    PQ2_ERR_UNSUPPORTED = 8,      /* valid request this build or device does not serve */
-    PQ2_ERR_WORKSPACE = 9         /* workspace missing or smaller than the size query said */
+    PQ2_ERR_SHAPE = 3,           /* K % 128, N or M out of range, buffer size mismatch */
+    PQ2_ERR_ALIGNMENT = 4,       /* a pointer not aligned as the entry point requires */
+    PQ2_ERR_UNREPRESENTABLE = 5, /* data the target format cannot hold (code 3 into PTQ1_0) */
+    PQ2_ERR_NO_CUDA = 6,         /* library built without CUDA */
+    PQ2_ERR_CUDA = 7,            /* a CUDA runtime error; the message has its name */
+    PQ2_ERR_UNSUPPORTED = 8,     /* valid request this build or device does not serve */
+    PQ2_ERR_WORKSPACE = 9        /* workspace missing or smaller than the size query said */
 } pq2_status;
 
 typedef enum pq2_layout {
@@ -103,15 +78,11 @@ typedef enum pq2_layout {
     PQ2_LAYOUT_TILES = 2
 } pq2_layout;
 
-typedef enum pq2_dtype {
-    PQ2_DTYPE_F32 = 0,
-    PQ2_DTYPE_F16 = 1,
-    PQ2_DTYPE_BF16 = 2
-} pq2_dtype;
+typedef enum pq2_dtype { PQ2_DTYPE_F32 = 0, PQ2_DTYPE_F16 = 1, PQ2_DTYPE_BF16 = 2 } pq2_dtype;
 
 /* A PQ2_0 weight matrix W[N][K] in one of the layouts. `data` is host memory for host entry
- * points and device memory for _cuda entry points. rt is 1, 2 or 4 for PQ2_LAYOUT_TILES and
- * ignored (pass 0) otherwise. */
+ * points and device memory for _cuda entry points. rt is the TILES layout's tile height in
+ * 16-row sub-tiles (1, 2 or 4) and ignored (pass 0) for the other layouts. */
 typedef struct pq2_weights {
     const void *data;
     int64_t n;
@@ -122,14 +93,18 @@ typedef struct pq2_weights {
 
 /* ---- library ---- */
 PQ2_API uint32_t pq2_abi_version(void);
-PQ2_API const char *pq2_version_string(void);          /* "0.1.0 (cuda 90a-real,80)" or "0.1.0 (cpu only)" */
-PQ2_API int32_t pq2_built_with_cuda(void);             /* 1 when the CUDA half is compiled in */
-PQ2_API const char *pq2_status_name(int32_t status);   /* "PQ2_ERR_SHAPE", never NULL */
-PQ2_API const char *pq2_last_error(void);              /* thread-local; "" after success */
+PQ2_API const char *pq2_version_string(void); /* "0.1.0 (cuda 90a-real,80)" or "0.1.0 (cpu only)" */
+PQ2_API int32_t pq2_built_with_cuda(void);    /* 1 when the CUDA half is compiled in */
+/* 1 when the build holds every kernel configuration the tuner searches (CMake option
+ * PQ2_TUNING_KERNELS), 0 when only those the tuned table and its fallback use. */
+PQ2_API int32_t pq2_built_with_tuning_kernels(void);
+PQ2_API const char *pq2_status_name(int32_t status); /* "PQ2_ERR_SHAPE", never NULL */
+PQ2_API const char *pq2_last_error(void);            /* thread-local; "" after success */
 
 /* ---- layouts (host memory) ---- */
 /* Bytes a matrix of n x k takes in `layout` (rt for TILES). */
-PQ2_API pq2_status pq2_layout_bytes(int32_t layout, int64_t n, int64_t k, int32_t rt, size_t *bytes);
+PQ2_API pq2_status pq2_layout_bytes(int32_t layout, int64_t n, int64_t k, int32_t rt,
+                                    size_t *bytes);
 /* Any layout to any layout. src->data holds pq2_layout_bytes(src) bytes; dst_bytes must equal
  * pq2_layout_bytes(dst_layout, n, k, dst_rt). Converting to TILES writes the padding rows;
  * converting from TILES ignores them. src and dst must not overlap. */
@@ -172,73 +147,73 @@ PQ2_API pq2_status pq2_cuda_init(void);
  * bf16 by x_dtype; x 16-byte aligned, rows contiguous. */
 PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t m, int64_t k,
                                         int8_t *q8, float *scales, int32_t *sums, void *stream);
-/* Launch configuration of the small-batch (decode) kernel families. Hosts normally pass NULL
- * and get the dispatcher's choice (a table tuned per shape by tools/tune_decode.py); the tuner
- * and tests pass explicit values. Work is cut into units of 16*rt rows x one 128-group.
- * family PQ2_DECODE_STREAM: every warp streams an equal contiguous range of units through a
- *   shared-memory ring (planes and tiles layouts).
- * family PQ2_DECODE_ROWBLOCK: one block per row block of 16*rt rows, its warps splitting the
- *   groups in batches of `unroll` units and summing in shared memory (planes and tiles; the
- *   bulk-copy ring of stages 3..8 reads tiles only). At m > 8 a block also holds its groups'
- *   activation scales and sums in shared memory, 128 bytes per 128-group (of k/128, or of a
- *   split's share): a configuration that needs more shared memory than the device has is
- *   refused with PQ2_ERR_UNSUPPORTED (the default one fits up to k of about 200000 on sm_90). */
-#define PQ2_DECODE_STREAM 0
-#define PQ2_DECODE_ROWBLOCK 1
-typedef struct pq2_decode_config {
-    int32_t rt;     /* 16-row sub-tiles per unit: 1, 2 or 4 (TILES: equal to the layout's rt;
-                       ROWBLOCK with stages 1-2 and 3 <= m <= 8 also rt 4 on a tiles rt 2 file,
-                       "coarse rows": each block takes two tile rows) */
-    int32_t warps;  /* warps per block: 1..8 (STREAM), 1..16 (ROWBLOCK) */
-    int32_t unroll; /* units (128-groups) per pipeline stage / register batch: 1, 2 or 4 */
-    int32_t stages; /* STREAM: depth of each warp's copy ring, 2..8; ROWBLOCK: 1 (register
-                       batches: load then compute), 2 (two register batches: the next loads during
-                       compute) or 3..8 (sm_90: a per-warp shared-memory ring of that many slots
-                       filled by bulk copies) */
-    int32_t blocks; /* STREAM: blocks in the grid, 0 = as many as fit on the device at once;
-                       ROWBLOCK: 0 = one block per row block; 1..32 (TILES, stages 1-2) = a
-                       persistent grid of at most that many blocks per multiprocessor, each
-                       looping over row blocks (it loads the next row block's first weights before
-                       reducing) */
-    int32_t family; /* PQ2_DECODE_STREAM or PQ2_DECODE_ROWBLOCK */
-    int32_t splits; /* ROWBLOCK with stages 1-2 and blocks 0: 0 or 1 = one block per row block;
-                       2..16 = each row block's 128-groups split over that many blocks (more
-                       blocks than multiprocessors for few, long row blocks); the last block of
-                       a row block to finish adds the splits' partial sums in split order
-                       (deterministic; needs workspace). STREAM: must be 0 or 1. (ABI 3) */
-} pq2_decode_config;
+/* Launch configuration of a matmul. Hosts normally pass NULL and get the dispatcher's choice
+ * (a table tuned per shape and m, with a fallback for other shapes); the tuner and tests pass
+ * explicit values. A configuration the build has no kernel for, or that does not fit the device,
+ * is refused with PQ2_ERR_UNSUPPORTED naming the values.
+ *
+ * family PQ2_FAMILY_ROWBLOCK (m <= PQ2_ROWBLOCK_MAX_M; planes and tiles): one block per row block
+ * of row_subtiles 16-row sub-tiles, its warps splitting the 128-groups and summing in shared
+ * memory in a fixed order (ARCHITECTURE.md). Fields:
+ *   row_subtiles  16-row sub-tiles per row block: 1, 2 or 4. TILES: any of them whatever the
+ *                 file's tile height rt (above rt, "coarse rows": a block takes several tile rows;
+ *                 below, "fine rows": part of one), except with stages >= 3 (= rt)
+ *   warps         warps per block, 1..16
+ *   unroll        128-groups per register batch or ring slot: 1, 2 or 4
+ *   stages        1: load a register batch, then compute it; 2: two register batches, the next
+ *                 loading during the compute; 3..8 (sm_90, TILES): a per-warp shared-memory ring
+ *                 of that many slots filled by bulk copies
+ *   blocks        0: one block per row block; 1..32 (TILES, stages 1-2): a persistent grid of at
+ *                 most that many blocks per multiprocessor, each looping over row blocks
+ *   splits        0 or 1: one block per row block; 2..16 (stages 1-2, blocks 0): each row
+ *                 block's groups split over that many blocks, the last to finish adding the
+ *                 partial sums in split order (deterministic; needs workspace)
+ * At m > 8 a block also holds its groups' activation scales and sums in shared memory, 128
+ * bytes per 128-group (of k/128, or of a split's share): the default configuration fits up to
+ * k of about 200000 on sm_90. */
+#define PQ2_FAMILY_ROWBLOCK 1
+typedef struct pq2_matmul_config {
+    int32_t family; /* PQ2_FAMILY_ROWBLOCK */
+    int32_t row_subtiles;
+    int32_t warps;
+    int32_t unroll;
+    int32_t stages;
+    int32_t blocks;
+    int32_t splits;
+} pq2_matmul_config;
 
 /* The configuration the dispatcher picks for this problem (writes *cfg). Pure. */
-PQ2_API pq2_status pq2_decode_config_for(const pq2_weights *w, int64_t m, pq2_decode_config *cfg);
+PQ2_API pq2_status pq2_matmul_config_for(const pq2_weights *w, int64_t m, pq2_matmul_config *cfg);
 /* Workspace bytes pq2_matmul_cuda / pq2_matmul_q8_cuda need for this problem with cfg (NULL =
  * the dispatcher's choice). Pure: depends only on its arguments and the device. */
 PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, int64_t m,
-                                             const pq2_decode_config *cfg, size_t *bytes);
+                                             const pq2_matmul_config *cfg, size_t *bytes);
 /* y[m][N] (y_dtype) = x[m][K] (x_dtype) . W^T with W in PLANES or TILES layout on the device.
  * Quantises x to Q8 inside the call (into the workspace), accumulates in fp32; m in
- * 1..PQ2_DECODE_MAX_M. No allocation, synchronisation or host<->device copy: safe to capture in
+ * 1..PQ2_ROWBLOCK_MAX_M. No allocation, synchronisation or host<->device copy: safe to capture in
  * a CUDA graph. Deterministic: the same inputs and configuration give the same bits on every
  * run. Pointers 16-byte aligned (x, y, weights), workspace 256-byte aligned with at least
  * pq2_matmul_workspace_size() bytes; the workspace holds no state between calls.
  * Stream order (compute capability 9.0): the call's kernels are programmatic dependents of the
  * kernel before them, so they start streaming the WEIGHTS before that kernel has finished; x,
  * the workspace and y are ordered as usual (x may be prefetched into L2 early, which reads
- * nothing the call uses before that kernel has finished). Do not write the weights in the kernel launched
- * right before the call on the same stream; weights written earlier (by a copy, or by a kernel
- * with at least one other kernel after it before the call) are safe. pq2_matmul_q8_cuda does
- * the same when it makes bit slices (m = 1, row-block family); otherwise it does not overlap
- * (stream order as usual). */
+ * nothing the call uses before that kernel has finished). Do not write the weights in the kernel
+ * launched right before the call on the same stream; weights written earlier (by a copy, or by a
+ * kernel with at least one other kernel after it before the call) are safe. pq2_matmul_q8_cuda does
+ * the same at m <= 8, where it first makes the operands the kernel reads in the workspace; at
+ * m > 8 it does not overlap (stream order as usual). */
 PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t x_dtype, void *y,
-                                   int32_t y_dtype, int64_t m, const pq2_decode_config *cfg,
+                                   int32_t y_dtype, int64_t m, const pq2_matmul_config *cfg,
                                    void *workspace, size_t workspace_bytes, void *stream);
 /* The same product on activations already quantised by pq2_quantize_q8_cuda (q8, scales, sums
  * exactly as that call writes them). At m = 1 the row-block kernels read a bit-sliced copy of q8
- * as well: this call makes it in the workspace with one small kernel before the matmul (inside
- * pq2_matmul_cuda the quantiser writes it), chained as pq2_matmul_cuda chains its quantiser and
- * matmul (see there: the weights must not be written by the kernel launched right before). */
+ * and at 2 <= m <= 8 the scales and sums as 16-byte records: this call makes them in the
+ * workspace with one small kernel before the matmul (inside pq2_matmul_cuda the quantiser writes
+ * them), chained as pq2_matmul_cuda chains its quantiser and matmul (see there: the weights must
+ * not be written by the kernel launched right before). */
 PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int8_t *q8, const float *scales,
                                       const int32_t *sums, void *y, int32_t y_dtype, int64_t m,
-                                      const pq2_decode_config *cfg, void *workspace,
+                                      const pq2_matmul_config *cfg, void *workspace,
                                       size_t workspace_bytes, void *stream);
 
 /* PQ2_CDEF_END */

@@ -2,7 +2,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 
-#include "../internal.h"
+#include "common/errors.h"
 
 #ifndef PQ2_VERSION
 #define PQ2_VERSION "0.0.0"
@@ -48,10 +48,23 @@ PQ2_API int32_t pq2_built_with_cuda(void)
 #endif
 }
 
+PQ2_API int32_t pq2_built_with_tuning_kernels(void)
+{
+#ifdef PQ2_TUNING_KERNELS
+    return 1;
+#else
+    return 0;
+#endif
+}
+
 PQ2_API const char *pq2_version_string(void)
 {
 #ifdef PQ2_WITH_CUDA
+#ifdef PQ2_TUNING_KERNELS
+    return PQ2_VERSION " (cuda " PQ2_CUDA_ARCHS ", tuning kernels)";
+#else
     return PQ2_VERSION " (cuda " PQ2_CUDA_ARCHS ")";
+#endif
 #else
     return PQ2_VERSION " (cpu only)";
 #endif

@@ -1,7 +1,7 @@
 /* formats.c - PTQ1_0 and TQ2_0 blocks to and from PQ2_0 raw blocks (block layouts: internal.h). */
 #include <inttypes.h>
 
-#include "../internal.h"
+#include "common/blocks.h"
 
 /* Checks `bytes` (the argument called `name`) == count blocks of block_bytes of `format`. */
 static pq2_status check_bytes(const char *fn, const char *name, size_t bytes, int64_t count,
@@ -13,8 +13,8 @@ static pq2_status check_bytes(const char *fn, const char *name, size_t bytes, in
                              format);
     if ((uint64_t)bytes != need)
         return pq2_set_error(PQ2_ERR_SHAPE,
-                             "%s: %s %zu != %" PRIu64 " needed for %" PRId64 " %s blocks of %" PRIu64
-                             " bytes",
+                             "%s: %s %zu != %" PRIu64 " needed for %" PRId64
+                             " %s blocks of %" PRIu64 " bytes",
                              fn, name, bytes, need, count, format, block_bytes);
     return PQ2_OK;
 }
@@ -22,7 +22,8 @@ static pq2_status check_bytes(const char *fn, const char *name, size_t bytes, in
 static pq2_status check_count(const char *fn, const char *count_name, int64_t count)
 {
     if (count <= 0)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: %s=%" PRId64 " must be > 0", fn, count_name, count);
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: %s=%" PRId64 " must be > 0", fn, count_name,
+                             count);
     return PQ2_OK;
 }
 
@@ -44,9 +45,11 @@ PQ2_API pq2_status pq2_ptq1_to_pq2(const void *src, size_t src_bytes, void *dst,
         uint8_t codes[PQ2_BLOCK_WEIGHTS];
         memcpy(&in, s + (size_t)b * PTQ1_BLOCK_BYTES, sizeof in);
         for (int i = 0; i < 24; i++)
-            for (int n = 0; n < 5; n++) codes[ptq1_qs_element(i, n)] = (uint8_t)ptq1_get_digit(in.qs[i], n);
+            for (int n = 0; n < 5; n++)
+                codes[ptq1_qs_element(i, n)] = (uint8_t)ptq1_get_digit(in.qs[i], n);
         for (int h = 0; h < 2; h++)
-            for (int n = 0; n < 4; n++) codes[ptq1_qh_element(h, n)] = (uint8_t)ptq1_get_digit(in.qh[h], n);
+            for (int n = 0; n < 4; n++)
+                codes[ptq1_qh_element(h, n)] = (uint8_t)ptq1_get_digit(in.qh[h], n);
         pq2_pack_codes(codes, out.qs);
         out.d = in.d;
         memcpy(d + (size_t)b * PQ2_BLOCK_BYTES, &out, sizeof out);

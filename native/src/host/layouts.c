@@ -2,12 +2,7 @@
 #include <inttypes.h>
 #include <stdio.h>
 
-#include "../internal.h"
-
-/* Rows of a TILES tile are 16 * rt; a sub-tile of 16 rows and one 128-group is 512 code bytes,
- * 16 per lane of a warp (pq2.h). */
-#define PQ2_SUBTILE_ROWS 16
-#define PQ2_SUBTILE_BYTES 512
+#include "common/view.h"
 
 const char *pq2_layout_name(int32_t layout)
 {
@@ -28,10 +23,10 @@ pq2_status pq2_view_init(pq2_view *v, const char *fn, const char *what, int32_t 
                              "%s: %slayout %" PRId32 " is not 0 (raw), 1 (planes) or 2 (tiles)", fn,
                              what, layout);
     if (layout == PQ2_LAYOUT_TILES && rt != 1 && rt != 2 && rt != 4)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: %srt=%" PRId32 " is not 1, 2 or 4 for layout tiles",
-                             fn, what, rt);
-    if (n <= 0)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: %sn=%" PRId64 " must be > 0", fn, what, n);
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: %srt=%" PRId32 " is not 1, 2 or 4 for layout tiles", fn, what,
+                             rt);
+    if (n <= 0) return pq2_set_error(PQ2_ERR_SHAPE, "%s: %sn=%" PRId64 " must be > 0", fn, what, n);
     if (k <= 0 || k % PQ2_BLOCK_WEIGHTS != 0)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: %sk=%" PRId64 " is not a positive multiple of 128",
                              fn, what, k);
@@ -47,8 +42,9 @@ pq2_status pq2_view_init(pq2_view *v, const char *fn, const char *what, int32_t 
         /* ceil without n + TR - 1, which could overflow */
         int64_t tiles = n / v->tile_rows + (n % v->tile_rows != 0);
         if (tiles > INT64_MAX / v->tile_rows)
-            return pq2_set_error(PQ2_ERR_SHAPE, "%s: %sn=%" PRId64 " rt=%" PRId32 " has too many rows", fn,
-                                 what, n, rt);
+            return pq2_set_error(PQ2_ERR_SHAPE,
+                                 "%s: %sn=%" PRId64 " rt=%" PRId32 " has too many rows", fn, what,
+                                 n, rt);
         v->rows = tiles * v->tile_rows;
     }
 
@@ -56,8 +52,8 @@ pq2_status pq2_view_init(pq2_view *v, const char *fn, const char *what, int32_t 
     if (!pq2_mul_size((uint64_t)v->groups, PQ2_BLOCK_BYTES, &row_bytes) ||
         !pq2_mul_size((uint64_t)v->rows, row_bytes, &bytes))
         return pq2_set_error(PQ2_ERR_SHAPE,
-                             "%s: %sn=%" PRId64 " k=%" PRId64 " layout %s is too large (over %" PRIu64
-                             " bytes)",
+                             "%s: %sn=%" PRId64 " k=%" PRId64
+                             " layout %s is too large (over %" PRIu64 " bytes)",
                              fn, what, n, k, pq2_layout_name(layout), PQ2_MAX_BYTES);
     v->bytes = (size_t)bytes;
     /* code region: rows * k/4 bytes, then the fp16 scales */
@@ -87,7 +83,8 @@ static inline size_t tiles_code_offset(const pq2_view *v, int64_t row, int64_t g
     int64_t in_sub = in_tile % PQ2_SUBTILE_ROWS;
     int64_t gid = in_sub % 8;
     int64_t half = in_sub / 8;
-    return (size_t)(((t * v->groups + g) * v->rt + r) * PQ2_SUBTILE_BYTES + gid * 4 * 16 + half * 4);
+    return (size_t)(((t * v->groups + g) * v->rt + r) * PQ2_SUBTILE_BYTES + gid * 4 * 16 +
+                    half * 4);
 }
 
 /* Piece (tq, hb) of a TILES block (4 bytes, qs[tq*8 + 4*hb ..]): one lane (16 bytes) per tq,
@@ -106,7 +103,8 @@ static inline size_t scale_offset(const pq2_view *v, int64_t row, int64_t g)
         int64_t t = row / v->tile_rows;
         int64_t in_tile = row % v->tile_rows;
         int64_t r = in_tile / PQ2_SUBTILE_ROWS, in_sub = in_tile % PQ2_SUBTILE_ROWS;
-        int64_t idx = ((t * v->groups + g) * v->rt + r) * PQ2_SUBTILE_ROWS + (in_sub % 8) * 2 + in_sub / 8;
+        int64_t idx =
+            ((t * v->groups + g) * v->rt + r) * PQ2_SUBTILE_ROWS + (in_sub % 8) * 2 + in_sub / 8;
         return v->scale_offset + (size_t)idx * 2;
     }
     }
@@ -125,7 +123,8 @@ static inline void read_block(const pq2_view *v, int64_t row, int64_t g, pq2_blo
     default:
         p = v->data + tiles_code_offset(v, row, g);
         for (int tq = 0; tq < 4; tq++)
-            for (int hb = 0; hb < 2; hb++) memcpy(out->qs + tq * 8 + hb * 4, p + PQ2_TILES_PIECE(tq, hb), 4);
+            for (int hb = 0; hb < 2; hb++)
+                memcpy(out->qs + tq * 8 + hb * 4, p + PQ2_TILES_PIECE(tq, hb), 4);
         break;
     }
     memcpy(&out->d, v->data + scale_offset(v, row, g), 2);
@@ -144,7 +143,8 @@ static inline void write_block(const pq2_view *v, int64_t row, int64_t g, const 
     default:
         p = v->data + tiles_code_offset(v, row, g);
         for (int tq = 0; tq < 4; tq++)
-            for (int hb = 0; hb < 2; hb++) memcpy(p + PQ2_TILES_PIECE(tq, hb), in->qs + tq * 8 + hb * 4, 4);
+            for (int hb = 0; hb < 2; hb++)
+                memcpy(p + PQ2_TILES_PIECE(tq, hb), in->qs + tq * 8 + hb * 4, 4);
         break;
     }
     memcpy(v->data + scale_offset(v, row, g), &in->d, 2);
@@ -174,11 +174,12 @@ PQ2_API pq2_status pq2_convert_layout(const pq2_weights *src, void *dst, size_t 
     PQ2_CHECK(pq2_view_init(&d, fn, "dst ", dst_layout, s.n, s.k, dst_rt));
     if (dst_bytes != d.bytes) {
         char rt_text[16] = "";
-        if (dst_layout == PQ2_LAYOUT_TILES) snprintf(rt_text, sizeof rt_text, " rt=%" PRId32, dst_rt);
-        return pq2_set_error(PQ2_ERR_SHAPE,
-                             "%s: dst_bytes %zu != %zu needed for n=%" PRId64 " k=%" PRId64
-                             " layout %s%s",
-                             fn, dst_bytes, d.bytes, d.n, d.k, pq2_layout_name(dst_layout), rt_text);
+        if (dst_layout == PQ2_LAYOUT_TILES)
+            snprintf(rt_text, sizeof rt_text, " rt=%" PRId32, dst_rt);
+        return pq2_set_error(
+            PQ2_ERR_SHAPE,
+            "%s: dst_bytes %zu != %zu needed for n=%" PRId64 " k=%" PRId64 " layout %s%s", fn,
+            dst_bytes, d.bytes, d.n, d.k, pq2_layout_name(dst_layout), rt_text);
     }
     d.data = (uint8_t *)dst;
     uintptr_t s0 = (uintptr_t)s.data, d0 = (uintptr_t)d.data;

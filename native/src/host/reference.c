@@ -23,7 +23,7 @@
 #include <inttypes.h>
 #include <math.h>
 
-#include "../internal.h"
+#include "common/view.h"
 
 /* Quantises one 128-group of x into q (plane order), *scale and *sum (op order: file comment). */
 static void quantize_group(const float *x, int8_t *q, float *scale, int32_t *sum)
@@ -74,9 +74,9 @@ PQ2_API pq2_status pq2_dequantize_host(const pq2_weights *w, float *out, size_t 
     PQ2_CHECK(check_rows(fn, "n", v.n, v.k));
     size_t need = (size_t)v.n * (size_t)v.k * sizeof(float);
     if (out_bytes != need)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: out_bytes %zu != %zu needed for n=%" PRId64 " k=%" PRId64
-                             " floats",
-                             fn, out_bytes, need, v.n, v.k);
+        return pq2_set_error(
+            PQ2_ERR_SHAPE, "%s: out_bytes %zu != %zu needed for n=%" PRId64 " k=%" PRId64 " floats",
+            fn, out_bytes, need, v.n, v.k);
 
     pq2_block blk;
     for (int64_t row = 0; row < v.n; row++) {
@@ -100,7 +100,8 @@ PQ2_API pq2_status pq2_quantize_q8_host(const float *x, int64_t m, int64_t k, in
     PQ2_CHECK_PTR(fn, scales);
     PQ2_CHECK_PTR(fn, sums);
     if (k <= 0 || k % PQ2_BLOCK_WEIGHTS != 0)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: k=%" PRId64 " is not a positive multiple of 128", fn, k);
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: k=%" PRId64 " is not a positive multiple of 128",
+                             fn, k);
     PQ2_CHECK(check_rows(fn, "m", m, k));
 
     int64_t groups = m * (k / PQ2_BLOCK_WEIGHTS); /* rows are contiguous: groups run on */
@@ -132,10 +133,11 @@ PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, int64_t
         const float *xrow = x + (size_t)mi * (size_t)v.k;
         float *yrow = y + (size_t)mi * (size_t)v.n;
         for (int64_t g0 = 0; g0 < v.groups; g0 += PQ2_MATMUL_CHUNK_GROUPS) {
-            int64_t count = v.groups - g0 < PQ2_MATMUL_CHUNK_GROUPS ? v.groups - g0 : PQ2_MATMUL_CHUNK_GROUPS;
+            int64_t count =
+                v.groups - g0 < PQ2_MATMUL_CHUNK_GROUPS ? v.groups - g0 : PQ2_MATMUL_CHUNK_GROUPS;
             for (int64_t c = 0; c < count; c++)
-                quantize_group(xrow + (size_t)(g0 + c) * PQ2_BLOCK_WEIGHTS, q8 + c * PQ2_BLOCK_WEIGHTS,
-                               &sx[c], &sums[c]);
+                quantize_group(xrow + (size_t)(g0 + c) * PQ2_BLOCK_WEIGHTS,
+                               q8 + c * PQ2_BLOCK_WEIGHTS, &sx[c], &sums[c]);
             for (int64_t row = 0; row < v.n; row++) {
                 float acc = g0 == 0 ? 0.0f : yrow[row];
                 for (int64_t c = 0; c < count; c++) {

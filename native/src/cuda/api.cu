@@ -1,0 +1,261 @@
+// api.cu - every CUDA entry point of pq2.h: argument checks, the choice of configuration,
+// workspace carving, and the launches (quantize/, rowblock/). The dispatcher's table is select.cu.
+#include "codes.cuh"
+#include "device.h"
+#include "launch.cuh"
+#include "quantize/quantize.h"
+#include "rowblock/rowblock.h"
+#include "select.h"
+
+namespace {
+
+pq2_status check_dtype(const char *fn, const char *name, int32_t dtype)
+{
+    if (dtype != PQ2_DTYPE_F32 && dtype != PQ2_DTYPE_F16 && dtype != PQ2_DTYPE_BF16)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: %s=%d is not f32 (0), f16 (1) or bf16 (2)", fn, name, (int)dtype);
+    return PQ2_OK;
+}
+
+// Workspace regions of one call, byte offsets, each 256-byte aligned.
+struct workspace_plan {
+    size_t q8, xs, sums, bits, records, counters, partial, total;
+};
+
+size_t align256(size_t x)
+{
+    return (x + 255) & ~(size_t)255;
+}
+
+workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_matmul_config &cfg,
+                              int64_t blocks)
+{
+    workspace_plan w;
+    size_t off = 0;
+    w.q8 = off, off = align256(off + (size_t)m * v.k);
+    w.xs = off, off = align256(off + (size_t)m * v.groups * sizeof(float));
+    w.sums = off, off = align256(off + (size_t)m * v.groups * sizeof(int32_t));
+    const size_t bits =
+        pq2_rowblock_needs_bits(m) ? (size_t)m * v.groups * PQ2_BITS_GROUP_WORDS : 0;
+    w.bits = off, off = align256(off + bits * sizeof(uint32_t));
+    const size_t records =
+        pq2_rowblock_needs_records(m) ? (size_t)v.groups * PQ2_TC_PAIRS * sizeof(int4) : 0;
+    w.records = off, off = align256(off + records);
+    w.counters = off, off = align256(off + pq2_rowblock_counters(cfg, v.n) * sizeof(uint32_t));
+    w.partial = off,
+    off = align256(off + pq2_rowblock_partial_floats(cfg, m, blocks) * sizeof(float));
+    w.total = off;
+    return w;
+}
+
+// What every matmul entry point checks first: the weights, m, the output dtype, the
+// configuration (the caller's or the dispatcher's); fills v, cfg and the grid size.
+pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dtype,
+                   const pq2_matmul_config *cfg_in, pq2_view *v, pq2_matmul_config *cfg,
+                   int64_t *blocks)
+{
+    PQ2_CHECK(pq2_view_of_weights(v, fn, "", w));
+    if (v->layout != PQ2_LAYOUT_PLANES && v->layout != PQ2_LAYOUT_TILES)
+        return pq2_set_error(
+            PQ2_ERR_INVALID_ARGUMENT,
+            "%s: weights in layout %s; the GPU kernels read planes or tiles (convert once with "
+            "pq2_convert_layout / pyq2 repack)",
+            fn, pq2_layout_name(v->layout));
+    if (m < 1 || m > PQ2_ROWBLOCK_MAX_M)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld; the matmul serves m in 1..%d", fn,
+                             (long long)m, PQ2_ROWBLOCK_MAX_M);
+    PQ2_CHECK(check_dtype(fn, "y_dtype", y_dtype));
+    PQ2_CHECK_ALIGN(fn, w->data, 16);
+    pq2_device dev;
+    PQ2_CHECK(pq2_device_get(fn, &dev));
+    *cfg = cfg_in ? *cfg_in : pq2_select_config(*v, m);
+    if (cfg->family != PQ2_FAMILY_ROWBLOCK)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: config family=%d is not PQ2_FAMILY_ROWBLOCK (1)", fn,
+                             (int)cfg->family);
+    PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, v->k, dev.cc, dev.max_smem));
+    *blocks = pq2_rowblock_grid(*cfg, v->n, dev.sms);
+    return PQ2_OK;
+}
+
+pq2_status check_workspace(const char *fn, void *workspace, size_t bytes, size_t need)
+{
+    if (need > 0 && workspace == nullptr)
+        return pq2_set_error(PQ2_ERR_WORKSPACE, "%s: workspace is NULL; %zu bytes needed", fn,
+                             need);
+    if (bytes < need)
+        return pq2_set_error(PQ2_ERR_WORKSPACE, "%s: workspace_bytes=%zu < %zu needed", fn, bytes,
+                             need);
+    PQ2_CHECK_ALIGN(fn, workspace, 256);
+    return PQ2_OK;
+}
+
+// A validated matmul call: weights, configuration, grid and the caller's workspace carved.
+struct matmul_call {
+    pq2_view v;
+    pq2_matmul_config cfg;
+    int64_t blocks;
+    workspace_plan plan;
+    uint8_t *ws;
+    uint32_t *bits;  // the bit-sliced q8 when the kernel reads it (m == 1), else NULL
+    int4
+        *records;  // the token-constant records when the kernel reads them (2 <= m <= 8), else NULL
+    uint32_t *counters;
+    int32_t n_counters;  // arrival counters of split row blocks, cleared before the kernel
+};
+
+pq2_status begin_matmul(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dtype,
+                        const pq2_matmul_config *cfg_in, void *workspace, size_t workspace_bytes,
+                        matmul_call *c)
+{
+    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &c->v, &c->cfg, &c->blocks));
+    c->plan = plan_workspace(c->v, m, c->cfg, c->blocks);
+    PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, c->plan.total));
+    c->ws = static_cast<uint8_t *>(workspace);
+    c->bits =
+        pq2_rowblock_needs_bits(m) ? reinterpret_cast<uint32_t *>(c->ws + c->plan.bits) : nullptr;
+    c->records =
+        pq2_rowblock_needs_records(m) ? reinterpret_cast<int4 *>(c->ws + c->plan.records) : nullptr;
+    c->counters = reinterpret_cast<uint32_t *>(c->ws + c->plan.counters);
+    c->n_counters = (int32_t)pq2_rowblock_counters(c->cfg, c->v.n);
+    return PQ2_OK;
+}
+
+pq2_status run_rowblock(const char *fn, const matmul_call &c, int64_t m, const int8_t *q8,
+                        const float *xs, const int32_t *sums, void *y, int32_t y_dtype,
+                        bool after_kernel, cudaStream_t stream)
+{
+    pq2_rowblock_problem p;
+    p.codes = c.v.data;
+    p.wscales = reinterpret_cast<const uint16_t *>(c.v.data + c.v.scale_offset);
+    p.q8 = q8, p.xs = xs, p.sums = sums, p.y = y;
+    p.xbits = c.bits;
+    p.records = c.records;
+    p.partial = reinterpret_cast<float *>(c.ws + c.plan.partial);
+    p.counters = c.counters;
+    p.n = c.v.n, p.k = c.v.k, p.m = (int32_t)m, p.layout = c.v.layout, p.y_dtype = y_dtype;
+    p.layout_rt = c.v.layout == PQ2_LAYOUT_TILES ? c.v.rt : 0;
+    p.splits = c.cfg.splits > 1 ? c.cfg.splits : 1;
+    p.tc_cap = 0;  // pq2_rowblock_launch sets it
+    return pq2_rowblock_launch(fn, p, c.cfg, c.blocks, after_kernel, stream);
+}
+
+}  // namespace
+
+extern "C" PQ2_API pq2_status pq2_cuda_init(void)
+{
+    pq2_device dev;
+    PQ2_CHECK(pq2_device_get("pq2_cuda_init", &dev));
+    return pq2_ok();
+}
+
+extern "C" PQ2_API pq2_status pq2_matmul_config_for(const pq2_weights *w, int64_t m,
+                                                    pq2_matmul_config *cfg)
+{
+    static const char fn[] = "pq2_matmul_config_for";
+    PQ2_CHECK_PTR(fn, cfg);
+    pq2_view v;
+    int64_t blocks;
+    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, nullptr, &v, cfg, &blocks));
+    return pq2_ok();
+}
+
+extern "C" PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, int64_t m,
+                                                        const pq2_matmul_config *cfg_in,
+                                                        size_t *bytes)
+{
+    static const char fn[] = "pq2_matmul_workspace_size";
+    PQ2_CHECK_PTR(fn, bytes);
+    pq2_view v;
+    pq2_matmul_config cfg;
+    int64_t blocks;
+    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, cfg_in, &v, &cfg, &blocks));
+    *bytes = plan_workspace(v, m, cfg, blocks).total;
+    return pq2_ok();
+}
+
+extern "C" PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t m,
+                                                   int64_t k, int8_t *q8, float *scales,
+                                                   int32_t *sums, void *stream)
+{
+    static const char fn[] = "pq2_quantize_q8_cuda";
+    PQ2_CHECK_PTR(fn, x);
+    PQ2_CHECK_PTR(fn, q8);
+    PQ2_CHECK_PTR(fn, scales);
+    PQ2_CHECK_PTR(fn, sums);
+    PQ2_CHECK(check_dtype(fn, "x_dtype", x_dtype));
+    if (m <= 0 || k <= 0 || k % 128 != 0)
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: m=%lld k=%lld: need m > 0 and k a positive multiple of 128", fn,
+                             (long long)m, (long long)k);
+    PQ2_CHECK_ALIGN(fn, x, 16);
+    PQ2_CHECK_ALIGN(fn, scales, 4);
+    PQ2_CHECK_ALIGN(fn, sums, 4);
+    pq2_device dev;
+    PQ2_CHECK(pq2_device_get(fn, &dev));
+    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, k, q8, scales, sums, nullptr, nullptr, nullptr,
+                                  0, pq2_pdl_ok(), static_cast<cudaStream_t>(stream)));
+    return pq2_ok();
+}
+
+extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t x_dtype,
+                                              void *y, int32_t y_dtype, int64_t m,
+                                              const pq2_matmul_config *cfg_in, void *workspace,
+                                              size_t workspace_bytes, void *stream)
+{
+    static const char fn[] = "pq2_matmul_cuda";
+    PQ2_CHECK_PTR(fn, x);
+    PQ2_CHECK_PTR(fn, y);
+    PQ2_CHECK_ALIGN(fn, x, 16);
+    PQ2_CHECK_ALIGN(fn, y, 16);
+    PQ2_CHECK(check_dtype(fn, "x_dtype", x_dtype));
+    matmul_call c;
+    PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &c));
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    int8_t *q8 = reinterpret_cast<int8_t *>(c.ws + c.plan.q8);
+    float *xs = reinterpret_cast<float *>(c.ws + c.plan.xs);
+    int32_t *sums = reinterpret_cast<int32_t *>(c.ws + c.plan.sums);
+    // The bit-slice kernels (m == 1) read no q8: the quantiser writes none for them. It also
+    // clears the arrival counters of split row blocks.
+    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, c.bits ? nullptr : q8, xs, sums, c.bits,
+                                  c.records, c.counters, c.n_counters, pq2_pdl_ok(), s));
+    PQ2_CHECK(run_rowblock(fn, c, m, q8, xs, sums, y, y_dtype, pq2_pdl_ok(), s));
+    return pq2_ok();
+}
+
+extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int8_t *q8,
+                                                 const float *scales, const int32_t *sums, void *y,
+                                                 int32_t y_dtype, int64_t m,
+                                                 const pq2_matmul_config *cfg_in, void *workspace,
+                                                 size_t workspace_bytes, void *stream)
+{
+    static const char fn[] = "pq2_matmul_q8_cuda";
+    PQ2_CHECK_PTR(fn, q8);
+    PQ2_CHECK_PTR(fn, scales);
+    PQ2_CHECK_PTR(fn, sums);
+    PQ2_CHECK_PTR(fn, y);
+    PQ2_CHECK_ALIGN(fn, q8, 16);
+    PQ2_CHECK_ALIGN(fn, scales, 4);
+    PQ2_CHECK_ALIGN(fn, sums, 4);
+    PQ2_CHECK_ALIGN(fn, y, 16);
+    matmul_call c;
+    PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &c));
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    // What the kernel reads beyond the caller's arrays is made here, in the workspace, by a kernel
+    // that also clears the counters: the bit-sliced q8 (m == 1) or the token-constant records
+    // (2 <= m <= 8). Both are programmatic dependent launches where the device has them, as in
+    // pq2_matmul_cuda: the matmul streams its first weights meanwhile.
+    const bool pdl = pq2_pdl_ok();
+    if (c.bits) {
+        PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, c.bits, c.counters, c.n_counters, pdl, s));
+    } else if (c.records) {
+        PQ2_CHECK(pq2_token_records_launch(fn, scales, sums, m, c.v.k, c.records, c.counters,
+                                           c.n_counters, pdl, s));
+    } else if (c.n_counters > 0) {
+        PQ2_CUDA_TRY(fn,
+                     cudaMemsetAsync(c.counters, 0, (size_t)c.n_counters * sizeof(uint32_t), s));
+    }
+    const bool after_kernel = pdl && (c.bits || c.records);  // the matmul follows a PDL launch
+    PQ2_CHECK(run_rowblock(fn, c, m, q8, scales, sums, y, y_dtype, after_kernel, s));
+    return pq2_ok();
+}

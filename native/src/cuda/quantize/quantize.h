@@ -1,0 +1,29 @@
+// quantize.h - the launchers of the Q8 activation kernels: the quantiser and the two small
+// kernels that make the row-block family's workspace operands from an existing Q8 operand.
+// Arguments are validated by the caller. Each clears zero[0..n_zero) (the matmul's arrival
+// counters) in the same launch. pdl: launch as a programmatic dependent of the stream's previous
+// kernel (sm_90): the kernel reads its inputs only after that kernel has finished, and lets the
+// matmul that follows start streaming weights.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/errors.h"
+
+// Quantises x[m][k] (x_dtype) into scales/sums and, unless NULL, q8 (pq2.h); when bits is not
+// NULL also the bit-sliced copy (codes.cuh; m * k/128 * PQ2_BITS_GROUP_WORDS words), when records
+// is not NULL (m <= 8) the token-constant records.
+pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m, int64_t k,
+                               int8_t *q8, float *scales, int32_t *sums, uint32_t *bits,
+                               int4 *records, uint32_t *zero, int32_t n_zero, bool pdl,
+                               cudaStream_t stream);
+
+// The bit-sliced copy of q8[m][k] (plane order): the words the quantiser writes.
+pq2_status pq2_bitslice_launch(const char *fn, const int8_t *q8, int64_t m, int64_t k,
+                               uint32_t *bits, uint32_t *zero, int32_t n_zero, bool pdl,
+                               cudaStream_t stream);
+
+// The token-constant records of scales and sums [m][k/128], m in 2..8.
+pq2_status pq2_token_records_launch(const char *fn, const float *scales, const int32_t *sums,
+                                    int64_t m, int64_t k, int4 *records, uint32_t *zero,
+                                    int32_t n_zero, bool pdl, cudaStream_t stream);

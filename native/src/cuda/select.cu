@@ -1,0 +1,78 @@
+// select.cu - the dispatcher's table (select.h). The table is data, tuned_configs.inc; the
+// compiled kernel list rowblock/instances.inc is derived from it (tools/tune/instances.py).
+#include "rowblock/rowblock.h"
+#include "select.h"
+
+namespace {
+
+struct tuned_entry {
+    int32_t layout;
+    int32_t m_max;      // serves m <= m_max (and above the previous entry's m_max for this shape)
+    int64_t n, k;       // 0, 0: any shape (the fallback lines)
+    int32_t layout_rt;  // TILES: the layout's rt this entry is for; PLANES: 0
+    pq2_matmul_config cfg;
+};
+
+#define TILES PQ2_LAYOUT_TILES
+#define PLANES PQ2_LAYOUT_PLANES
+#define ROWBLOCK PQ2_FAMILY_ROWBLOCK
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, row_subtiles, warps, unroll, stages, \
+                  blocks, splits)                                                              \
+    {layout, m_max, n, k, layout_rt, {family, row_subtiles, warps, unroll, stages, blocks, splits}},
+const tuned_entry kTable[] = {
+#include "tuned_configs.inc"
+};
+#undef PQ2_TUNED
+#undef ROWBLOCK
+#undef TILES
+#undef PLANES
+
+// The first entry for (layout, layout_rt, n, k) that serves m, or NULL.
+const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t k, int64_t m)
+{
+    for (const tuned_entry &e : kTable)
+        if (e.layout == layout && e.n == n && e.k == k && m <= e.m_max &&
+            (layout != PQ2_LAYOUT_TILES || e.layout_rt == layout_rt))
+            return &e;
+    return nullptr;
+}
+
+}  // namespace
+
+pq2_matmul_config pq2_select_config(const pq2_view &v, int64_t m)
+{
+    const int32_t rt = v.layout == PQ2_LAYOUT_TILES ? v.rt : 0;
+    const tuned_entry *e = lookup(v.layout, rt, v.n, v.k, m);
+    if (!e) e = lookup(v.layout, rt, 0, 0, m);
+    if (e) return e->cfg;
+    pq2_matmul_config none = {};  // family 0: refused by the caller (pq2_select_check_table ran)
+    return none;
+}
+
+pq2_status pq2_select_check_table(const char *fn)
+{
+    for (const tuned_entry &e : kTable)
+        for (int64_t m = 1; m <= e.m_max && m <= PQ2_ROWBLOCK_MAX_M; ++m) {
+            if (lookup(e.layout, e.layout_rt, e.n, e.k, m) != &e)
+                continue;  // an earlier entry serves m
+            if (!pq2_rowblock_has_kernel(e.cfg, e.layout, e.layout_rt, m))
+                return pq2_set_error(
+                    PQ2_ERR_UNSUPPORTED,
+                    "%s: libpq2 was built without the kernel its tuned table names for layout %d "
+                    "rt %d n=%lld k=%lld m=%lld (rebuild after tools/tune/instances.py)",
+                    fn, (int)e.layout, (int)e.layout_rt, (long long)e.n, (long long)e.k,
+                    (long long)m);
+        }
+    const int32_t layouts[][2] = {{PQ2_LAYOUT_PLANES, 0},
+                                  {PQ2_LAYOUT_TILES, 1},
+                                  {PQ2_LAYOUT_TILES, 2},
+                                  {PQ2_LAYOUT_TILES, 4}};
+    for (const auto &l : layouts)
+        for (int64_t m = 1; m <= PQ2_ROWBLOCK_MAX_M; ++m)
+            if (!lookup(l[0], l[1], 0, 0, m))
+                return pq2_set_error(
+                    PQ2_ERR_UNSUPPORTED,
+                    "%s: libpq2's tuned table has no fallback for layout %d rt %d at m=%lld", fn,
+                    (int)l[0], (int)l[1], (long long)m);
+    return PQ2_OK;
+}

@@ -1,0 +1,152 @@
+"""What `pyq2 info` shows: a summary of a GGUF file's metadata and tensors.
+
+`describe` gathers it as JSON-able data (`pyq2 info --json` prints that); `format_info` turns it
+into the text table. Long arrays (a tokenizer's vocabulary, the prism.hadamard sign vectors) are
+summarised by type and length, never dumped. Weights are described, not decoded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import gguf_io
+from .gguf_io import GGUFFile, GGUFValueType
+from .gguf_types import type_name
+from .metadata import KEY_FORMAT_VERSION, KEY_LAYOUT, TENSOR_KEY_PREFIX
+
+HADAMARD_PREFIX = "prism.hadamard."
+_SHORT_ARRAY = 8  # arrays up to this many items are shown in full
+_STR_SHOW = 72  # characters of a long string value shown
+
+
+def _array_summary(gf: GGUFFile, key: str) -> dict[str, Any]:
+    n = gf.array_len(key)
+    sub = gf.array_type(key)
+    out: dict[str, Any] = {"array": sub.name if sub is not None else None, "len": n}
+    if n <= _SHORT_ARRAY:
+        out["values"] = gf.value(key)
+    return out
+
+
+def _value_summary(gf: GGUFFile, key: str) -> Any:
+    if gf.value_type(key) == GGUFValueType.ARRAY:
+        return _array_summary(gf, key)
+    return gf.value(key)
+
+
+def _hadamard_summary(gf: GGUFFile) -> dict[str, Any] | None:
+    keys = [k for k in gf.keys() if k.startswith(HADAMARD_PREFIX)]
+    if not keys:
+        return None
+    h: dict[str, Any] = {}
+    for k in keys:
+        short = k[len(HADAMARD_PREFIX) :]
+        if gf.value_type(k) != GGUFValueType.ARRAY:
+            h[short] = gf.value(k)
+        elif short == "sign_widths":
+            h[short] = gf.value(k)
+        else:  # weight_names, sign_values, inverse_weight_names: counts only
+            h[f"n_{short}"] = gf.array_len(k)
+    return h
+
+
+def describe(path) -> dict[str, Any]:
+    """Everything `pyq2 info` shows, as JSON-able data."""
+    with gguf_io.open_gguf(path) as gf:
+        meta = {}
+        for k in gf.keys():
+            if k.startswith((HADAMARD_PREFIX, TENSOR_KEY_PREFIX)):
+                continue
+            meta[k] = _value_summary(gf, k)
+        tensors = []
+        for t in gf.tensors:
+            info = gf.weight_info(t)
+            row = {
+                "name": t.name,
+                "type": t.type_name,
+                "layout": None,
+                "rt": None,
+                "shape": list(t.ne),
+                "bytes": t.nbytes,
+            }
+            if info is not None:
+                row.update(
+                    layout=info.layout, shape=list(info.ne), source_type=type_name(info.source_type)
+                )
+                if info.layout == "tiles":
+                    row["rt"] = info.rt
+            tensors.append(row)
+        weights = [r for r in tensors if r["layout"] is not None]
+        return {
+            "path": gf.path,
+            "file_bytes": gf.size,
+            "gguf_version": gf.version,
+            "alignment": gf.alignment,
+            "kv_count": len(gf.keys()),
+            "tensor_count": len(tensors),
+            "architecture": gf.value("general.architecture"),
+            "name": gf.value("general.name"),
+            "file_type": gf.value("general.file_type"),
+            "pyq2": (
+                {"format_version": gf.value(KEY_FORMAT_VERSION), "layout": gf.value(KEY_LAYOUT)}
+                if gf.has(KEY_FORMAT_VERSION)
+                else None
+            ),
+            "prism_hadamard": _hadamard_summary(gf),
+            "weights": {"count": len(weights), "bytes": sum(r["bytes"] for r in weights)},
+            "metadata": meta,
+            "tensors": tensors,
+        }
+
+
+def _show(v: Any) -> str:
+    if isinstance(v, dict) and "array" in v:
+        if "values" in v:
+            return repr(v["values"])
+        return f"[{(v['array'] or '').lower()} x {v['len']}]"
+    if isinstance(v, float):
+        return f"{v:.7g}"  # GGUF floats are mostly f32: print the digits f32 carries
+    if isinstance(v, str) and len(v) > _STR_SHOW:
+        return repr(v[:_STR_SHOW]) + f"... ({len(v)} chars)"
+    return repr(v)
+
+
+def format_info(path_or_info) -> str:
+    """The text of `pyq2 info`, from a file path or from what describe() returned."""
+    d = path_or_info if isinstance(path_or_info, dict) else describe(path_or_info)
+    lines = [
+        f"file:      {d['path']} ({d['file_bytes'] / 1e6:.2f} MB, GGUF v{d['gguf_version']}, "
+        f"alignment {d['alignment']}, {d['kv_count']} keys, {d['tensor_count']} tensors)",
+        f"model:     {d['architecture']} {d['name']!r}, file_type {d['file_type']}",
+    ]
+    if d["pyq2"]:
+        lines.append(
+            f"pyq2:      format_version {d['pyq2']['format_version']}, layout {d['pyq2']['layout']}"
+        )
+    h = d["prism_hadamard"]
+    if h:
+        parts = [f"{k} {v}" for k, v in h.items()]
+        lines.append("prism.hadamard: " + ", ".join(parts))
+    lines.append(
+        f"weights:   {d['weights']['count']} PQ2-family tensors, "
+        f"{d['weights']['bytes'] / 1e6:.2f} MB"
+    )
+    lines.append("metadata:")
+    for k, v in d["metadata"].items():
+        lines.append(f"  {k} = {_show(v)}")
+    rows = [("name", "type", "layout", "shape", "bytes")]
+    for t in d["tensors"]:
+        if t["layout"] is None:
+            layout = "-"
+        else:
+            layout = t["layout"] + (f" rt={t['rt']}" if t["rt"] else "")
+            if t["source_type"] != "PQ2_0" or t["type"] != "PQ2_0":
+                layout += f" ({t['source_type']})" if t["type"] == "I8" else ""
+        rows.append((t["name"], t["type"], layout, "x".join(map(str, t["shape"])), str(t["bytes"])))
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines.append("tensors:")
+    for r in rows:
+        # Byte counts right-aligned, so that their digits line up.
+        cells = [c.ljust(w) for c, w in zip(r[:4], widths[:4], strict=True)]
+        lines.append("  " + "  ".join([*cells, r[4].rjust(widths[4])]).rstrip())
+    return "\n".join(lines)

@@ -1,0 +1,153 @@
+"""The pyq2.* metadata of a GGUF file: how weights repacked into a resident layout are stored.
+
+A weight repacked into the `planes` or `tiles` layout is NOT stored under its quantisation type:
+the bytes are no longer PQ2_0 blocks, and a host that does not know pyq2 must never read them as
+if they were. Each such tensor is written as ggml type I8 (24), 1-D, with one element per byte,
+under the same tensor name. A llama.cpp-style loader that expects a 2-D PQ2_0 tensor of that
+name then fails loudly on type and shape instead of computing garbage. What the bytes are is
+recorded in metadata (format version FORMAT_VERSION, which is PQ2_FORMAT_VERSION of pq2.h):
+
+    pyq2.format_version            u32     = 2
+    pyq2.layout                    string  "planes" or "tiles"
+    pyq2.tensor.<name>.layout      string  "planes" or "tiles"
+    pyq2.tensor.<name>.rt          u32     RT of the tile layout (1, 2, 4); 0 for planes
+    pyq2.tensor.<name>.shape       u64[]   logical ne of the weight as gguf orders it: [K, N]
+    pyq2.tensor.<name>.source_type u32     ggml type of the source: 142, 143 or 35
+
+The pyq2.* keys follow all of the source's keys, which keep their order, types and bytes. Layout
+`raw` writes plain PQ2_0 tensors (type 142, the logical shape) and no pyq2.* keys, so repacking
+a planes/tiles file back to raw restores the original tensor bytes exactly when the source was
+PQ2_0; PTQ1_0 and TQ2_0 sources come back as the equivalent PQ2_0 (same weights).
+
+This module is the schema: the key names, `weight_info` (a file's keys for one tensor to a
+WeightInfo) and `key_values` (the keys a repacked file gets). pyq2.gguf_io reads and writes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+from gguf import GGUFValueType
+
+from . import layouts
+from .errors import FormatError
+from .formats import PQ2_BLOCK_WEIGHTS
+from .gguf_types import I8, PQ2_FAMILY, type_name
+
+FORMAT_VERSION = 2  # PQ2_FORMAT_VERSION of native/include/pq2.h (a test checks the two agree)
+
+KEY_PREFIX = "pyq2."
+KEY_FORMAT_VERSION = KEY_PREFIX + "format_version"
+KEY_LAYOUT = KEY_PREFIX + "layout"
+TENSOR_KEY_PREFIX = KEY_PREFIX + "tensor."
+
+# The layouts stored as I8 bytes plus metadata; raw weights stay plain ggml tensors.
+STORED_LAYOUTS = tuple(name for name in layouts.LAYOUT_NAMES if name != "raw")
+
+
+@dataclass(frozen=True)
+class WeightInfo:
+    """A PQ2-family weight: stored raw (PQ2_0/PTQ1_0/TQ2_0) or repacked by pyq2 (I8 + metadata)."""
+
+    source_type: int  # 142, 143 or 35
+    layout: str  # "raw" for a plain ggml tensor
+    rt: int
+    ne: tuple[int, ...]  # logical shape, gguf order
+    k: int
+    n: int
+
+
+class KeyValues(Protocol):
+    """What weight_info reads from a file (pyq2.gguf_io.GGUFFile)."""
+
+    path: str
+
+    def has(self, key: str) -> bool: ...
+
+    def value(self, key: str, default: Any = None) -> Any: ...
+
+
+def tensor_key(tensor_name: str, attr: str) -> str:
+    return f"{TENSOR_KEY_PREFIX}{tensor_name}.{attr}"
+
+
+def _rows(ne: tuple[int, ...]) -> int:
+    return int(np.prod(ne[1:], dtype=np.int64)) if len(ne) > 1 else 1
+
+
+def weight_info(kv: KeyValues, name: str, type_id: int, ne: tuple[int, ...]) -> WeightInfo | None:
+    """Describe the tensor `name` (ggml type type_id, shape ne) of the file kv if it is a
+    PQ2-family weight, stored raw or repacked; None for any other tensor. FormatError names the
+    file and the tensor when its pyq2 metadata is missing, inconsistent or of another version."""
+    if type_id in PQ2_FAMILY:
+        return WeightInfo(type_id, "raw", 0, ne, ne[0], _rows(ne))
+    if not kv.has(tensor_key(name, "layout")):
+        return None
+    where = f"{kv.path}: tensor '{name}'"
+    version = kv.value(KEY_FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        older = isinstance(version, int) and version < FORMAT_VERSION
+        hint = (
+            "written by an older pyq2 (version 2 changed the tiles lane order): repack the "
+            "original GGUF again"
+            if older
+            else "upgrade pyq2"
+        )
+        raise FormatError(
+            f"{kv.path}: {KEY_FORMAT_VERSION} is {version!r}; this pyq2 reads version "
+            f"{FORMAT_VERSION} ({hint})"
+        )
+    try:
+        layout = kv.value(tensor_key(name, "layout"))
+        rt = int(kv.value(tensor_key(name, "rt")))
+        shape = tuple(int(x) for x in kv.value(tensor_key(name, "shape")))
+        source = int(kv.value(tensor_key(name, "source_type")))
+    except (TypeError, ValueError) as e:
+        raise FormatError(f"{where}: incomplete pyq2 metadata ({e})") from None
+    if type_id != I8 or len(ne) != 1:
+        raise FormatError(
+            f"{where}: pyq2 layout metadata on a {type_name(type_id)} tensor of shape "
+            f"{list(ne)} (expected 1-D I8)"
+        )
+    if (
+        layout not in STORED_LAYOUTS
+        or source not in PQ2_FAMILY
+        or not 1 <= len(shape) <= 2
+        or (layout == "tiles" and rt not in layouts.TILE_RTS)
+    ):
+        raise FormatError(
+            f"{where}: bad pyq2 metadata layout={layout!r} rt={rt} shape={list(shape)} "
+            f"source_type={source}"
+        )
+    if shape[0] % PQ2_BLOCK_WEIGHTS:
+        raise FormatError(f"{where}: K = {shape[0]} is not a multiple of {PQ2_BLOCK_WEIGHTS}")
+    return WeightInfo(source, layout, rt, shape, shape[0], _rows(shape))
+
+
+def key_values(
+    layout: str, rt: int, weights: Iterable[tuple[str, WeightInfo]]
+) -> list[tuple[Any, ...]]:
+    """The pyq2.* key/values of a file whose weights (name, WeightInfo of the source) are stored
+    in `layout` (planes or tiles), as pyq2.gguf_io.encode_kv arguments, in file order."""
+    u32, u64, string, array = (
+        GGUFValueType.UINT32,
+        GGUFValueType.UINT64,
+        GGUFValueType.STRING,
+        GGUFValueType.ARRAY,
+    )
+    rt = layouts.layout_rt(layout, rt)
+    items: list[tuple[Any, ...]] = [
+        (KEY_FORMAT_VERSION, u32, FORMAT_VERSION),
+        (KEY_LAYOUT, string, layout),
+    ]
+    for name, info in weights:
+        items += [
+            (tensor_key(name, "layout"), string, layout),
+            (tensor_key(name, "rt"), u32, rt),
+            (tensor_key(name, "shape"), array, list(info.ne), u64),
+            (tensor_key(name, "source_type"), u32, info.source_type),
+        ]
+    return items

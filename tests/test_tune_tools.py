@@ -1,0 +1,97 @@
+"""The tuning tools without a GPU, run as commands: tools/tune/tune_matmul.py re-picks a saved
+tune into a table (--from-json: a full re-tune replaces a layout's entries, --partial only the
+entries it tuned, the fallback lines always stay), and tools/tune/instances.py --check finds the
+compiled kernel list in step with the committed table."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+TUNE = ROOT / "tools" / "tune" / "tune_matmul.py"
+INSTANCES = ROOT / "tools" / "tune" / "instances.py"
+PYQ2_PARENT = Path(__import__("pyq2").__file__).resolve().parents[1]
+
+HEADER = "// table\n//\n// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, ...)  // us\n"
+OLD = [
+    "PQ2_TUNED(PLANES, 8, 5120, 6144, 0, ROWBLOCK, 2, 8, 2, 2, 0, 0)  // 8.6 us",
+    "PQ2_TUNED(TILES, 1, 5120, 6144, 2, ROWBLOCK, 2, 16, 2, 1, 0, 0)  // 5.3 us",
+    "PQ2_TUNED(TILES, 8, 5120, 6144, 2, ROWBLOCK, 2, 8, 4, 1, 0, 0)  // 6.9 us",
+    "PQ2_TUNED(TILES, 8, 14336, 5120, 2, ROWBLOCK, 2, 4, 4, 1, 8, 0)  // 10.7 us",
+]
+FALLBACK = [
+    "// Fallback: shapes not listed above.",
+    "PQ2_TUNED(TILES, 16, 0, 0, 2, ROWBLOCK, 2, 8, 1, 1, 0, 0)",
+]
+
+
+def run(*argv):
+    env = dict(os.environ, PYTHONPATH=str(PYQ2_PARENT))
+    return subprocess.run(
+        [sys.executable, *map(str, argv)], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+
+
+def saved_tune(path):
+    """A --json tune of tiles rt 2, M = 8, shape out only: two candidates, the faster wins."""
+    fields = ("family", "row_subtiles", "warps", "unroll", "stages", "blocks", "splits")
+    fast = dict(zip(fields, (1, 2, 4, 1, 1, 4, 0), strict=True))
+    slow = dict(zip(fields, (1, 2, 8, 2, 1, 0, 0), strict=True))
+    rows = [
+        {"shape": "out", "layout": "tiles", "layout_rt": 2, "m": 8, "config": c, "us": us}
+        for c, us in ((fast, 6.5), (slow, 9.0))
+    ]
+    env = {
+        "date": "2026-02-02T00:00:00+00:00",
+        "gpu": "GPU",
+        "nvidia_smi": "GPU, drv",
+        "commit": "bbbbbbb",
+    }
+    path.write_text(json.dumps({"env": env, "rows": rows}))
+    return "PQ2_TUNED(TILES, 8, 5120, 6144, 2, ROWBLOCK, 2, 4, 1, 1, 4, 0)  // 6.5 us"
+
+
+def entries(text):
+    return [line for line in text.splitlines() if line.startswith("PQ2_TUNED(")]
+
+
+@pytest.fixture
+def table(tmp_path):
+    t = tmp_path / "tuned_configs.inc"
+    t.write_text(HEADER + "\n".join(OLD) + "\n\n" + "\n".join(FALLBACK) + "\n")
+    return t
+
+
+def test_partial_replaces_only_the_tuned_entries(tmp_path, table):
+    new = saved_tune(tmp_path / "tune.json")
+    r = run(TUNE, "--from-json", tmp_path / "tune.json", "--write", table, "--partial")
+    assert r.returncode == 0, r.stderr
+    text = table.read_text()
+    assert entries(text) == [OLD[0], OLD[1], new, OLD[3], FALLBACK[1]]  # sorted: layout, n, k, m
+    assert "commit bbbbbbb" in text  # the run's provenance line
+
+
+def test_full_rewrite_replaces_the_layout(tmp_path, table):
+    new = saved_tune(tmp_path / "tune.json")
+    r = run(TUNE, "--from-json", tmp_path / "tune.json", "--write", table)
+    assert r.returncode == 0, r.stderr
+    # the other TILES lines go, PLANES and the fallback stay
+    assert entries(table.read_text()) == [OLD[0], new, FALLBACK[1]]
+
+
+@pytest.mark.parametrize("warps", ["17", "0", "4,x", ""])
+def test_warps_option_rejects_bad_lists(warps):
+    """--warps is checked before anything runs: a clear usage error, exit status 2."""
+    r = run(TUNE, "--warps", warps, "--from-json", "unused.json")
+    assert r.returncode == 2 and "--warps" in r.stderr
+
+
+def test_instance_list_matches_the_table():
+    """native/src/cuda/rowblock/instances.inc is what tuned_configs.inc needs, and the tuning
+    build's list holds all of it."""
+    r = run(INSTANCES, "--check")
+    assert r.returncode == 0, r.stderr

@@ -1,0 +1,326 @@
+#!/usr/bin/env python3
+"""Tune the matmul's configuration table on the GPU and write it back.
+
+For each projection shape (tools/bench/shapes.py), each M bucket (1, 2, 3-4, 5-8, 9-16, timed at
+its largest M) and each resident layout, times every configuration of the search space as
+CUDA-graph replays over rotating weight copies of ternary content (activation quantisation
+included), keeps the fastest, and writes native/src/cuda/tuned_configs.inc (--write) plus the
+full measurements (--json). Needs a tuning build of libpq2 (cmake -DPQ2_TUNING_KERNELS=ON: every
+configuration of the search space compiled).
+
+    python3 tools/tune/tune_matmul.py --write native/src/cuda/tuned_configs.inc --json tune.json
+
+--write also regenerates the compiled kernel list (tools/tune/instances.py). Rebuild libpq2
+afterwards: the table is compiled in. --from-json re-picks the entries of a saved tune without a
+GPU; --partial replaces only the (layout, M bucket, shape) entries tuned in this run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
+
+import instances  # noqa: E402
+from shapes import SHAPES, pq2_bytes  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
+M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
+SEARCH_CHOICES = ("rowblock", "persistent", "splits", "coarse")  # what --search can name
+# A configuration as a tuple in pq2_matmul_config's field order (pq2.h); the table's columns
+# after (layout, m_max, n, k, layout_rt).
+CONFIG_FIELDS = ("family", "row_subtiles", "warps", "unroll", "stages", "blocks", "splits")
+ROWBLOCK = 1  # PQ2_FAMILY_ROWBLOCK
+# Within this fraction of the fastest, the lighter configuration wins (footprint()).
+TIE = 0.02
+
+
+def cfg(row_subtiles, warps, unroll, stages, blocks=0, splits=0):
+    return (ROWBLOCK, row_subtiles, warps, unroll, stages, blocks, splits)
+
+
+def persistent_blocks(w):
+    """Blocks per SM of a persistent grid of w-warp blocks: half or all of what 64 warps allow."""
+    return sorted({max(1, 32 // w), 64 // w})
+
+
+def search_space(layout, layout_rt, m, parts=SEARCH_CHOICES, warps=None):
+    """Configurations to time (refused ones are skipped when timed). parts: which grids and row
+    shapes to search; warps: the warps per block to try instead of the defaults (powers of two)."""
+    W = lambda default: tuple(warps) if warps else default  # noqa: E731
+    if "rowblock" in parts and layout == "tiles":  # one block per row block, registers or ring
+        for w, u, s in itertools.product(W((2, 4, 8, 16)), (1, 2), (1, 2, 3, 4, 6)):
+            yield cfg(layout_rt, w, u, s)
+        for w in W((4, 8, 16)):  # batches of 4 units (rt 2, m <= 8)
+            yield cfg(layout_rt, w, 4, 1)
+    if "persistent" in parts and layout == "tiles":  # register kernels on a persistent grid
+        for w, u, s in itertools.product(W((2, 4, 8, 16)), (1, 2, 4), (1, 2)):
+            for b in persistent_blocks(w):
+                yield cfg(layout_rt, w, u, s, b)
+    if "rowblock" in parts and layout == "planes":  # register kernels only (no ring)
+        for rs, w, u, s in itertools.product((1, 2), W((2, 4, 8, 16)), (1, 2), (1, 2)):
+            yield cfg(rs, w, u, s)
+    if "splits" in parts:  # register kernels, row blocks split over 2-4 blocks
+        row_subtiles = [layout_rt] if layout == "tiles" else [1, 2]
+        for rs, w, u, s, sp in itertools.product(
+            row_subtiles, W((4, 8, 16)), (1, 2), (1, 2), (2, 3, 4)
+        ):
+            yield cfg(rs, w, u, s, 0, sp)
+    if "coarse" in parts and layout == "tiles" and layout_rt == 2 and 2 < m <= 8:
+        # row blocks of two tile rows: each activation fragment serves 4 sub-tiles
+        for w, s in itertools.product(W((4, 8, 16)), (1, 2)):
+            yield cfg(4, w, 1, s)
+        for w in W((4, 8, 16)):
+            for b in persistent_blocks(w):
+                yield cfg(4, w, 1, 1, b)
+
+
+def footprint(c):
+    """Order among near-equal configurations: register kernels before the shared-memory ring
+    (stages >= 3), unsplit row blocks before split ones. A call that holds 100 KB of shared
+    memory per block keeps the next call's blocks from starting early in a chain of calls (one
+    such table entry cost the M = 1 pass 0.26 ms while timing within 1% of the register kernel
+    on its own)."""
+    _, _, _, _, stages, _, splits = c
+    return (stages >= 3, splits > 1)
+
+
+def pick(cands):
+    """(us, cfg) to keep from the timed (us, cfg) candidates of one shape and M."""
+    fastest = min(us for us, _ in cands)
+    near = [(footprint(c), us, c) for us, c in cands if us <= fastest * (1 + TIE)]
+    return min(near, key=lambda t: (t[0], t[1]))[1:]
+
+
+def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
+    import torch  # the GPU side only: --from-json runs without it
+    from bench_matmul import copies_for, resident, time_pq2
+
+    from pyq2.errors import Pq2Error
+    from pyq2.gpu import matmul_config
+
+    entries, rows = [], []
+    for name in shapes:
+        n, k, _ = SHAPES[name]
+        for layout, layout_rt in layouts:
+            ws = resident(n, k, layout, layout_rt, copies_for(pq2_bytes(n, k)))
+            for m in ms:
+                cands = []
+                for c in search_space(layout, layout_rt, m, parts, warps):
+                    try:
+                        us = time_pq2(ws, m, matmul_config(*c[1:]), replays=replays)
+                    except Pq2Error as e:
+                        if e.status_name != "PQ2_ERR_UNSUPPORTED":
+                            raise
+                        continue
+                    rows.append(
+                        {
+                            "shape": name,
+                            "layout": layout,
+                            "layout_rt": layout_rt,
+                            "m": m,
+                            "config": dict(zip(CONFIG_FIELDS, c, strict=False)),
+                            "us": us,
+                        }
+                    )
+                    cands.append((us, c))
+                best = pick(cands)
+                current = f"{time_pq2(ws, m, None, replays=replays):.1f} us"
+                gbs = pq2_bytes(n, k) / (best[0] * 1e-6) / 1e9
+                log(
+                    f"{name:8s} {layout}{layout_rt or ''} M={m:2d}: best {best[0]:8.1f} us "
+                    f"({gbs:5.0f} GB/s) {dict(zip(CONFIG_FIELDS, best[1], strict=True))}  "
+                    f"(table now {current})"
+                )
+                entries.append((layout, m, n, k, layout_rt, best[1], best[0]))
+            del ws
+            torch.cuda.empty_cache()
+    return entries, rows
+
+
+def table_key(line):
+    """(LAYOUT, m_max, n, k, layout_rt) of a PQ2_TUNED(...) line of tuned_configs.inc."""
+    f = [v.strip() for v in line[len("PQ2_TUNED(") :].split(")")[0].split(",")]
+    return (f[0], int(f[1]), int(f[2]), int(f[3]), int(f[4]))
+
+
+def entry_line(layout, m, n, k, layout_rt, c, us):
+    family, *rest = c
+    if family != ROWBLOCK:
+        raise ValueError(f"unknown family {family}")
+    args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt, "ROWBLOCK", *rest))
+    return f"PQ2_TUNED({args})  // {us:.1f} us"
+
+
+def render_table(old_text, entries, note, partial):
+    """The new table: the old file's header and fallback lines, the tuned entries, and the old
+    entries this run does not replace (another layout's, or with `partial` every entry whose
+    (layout, m_max, n, k) was not tuned now)."""
+    tuned_layouts = {e[0].upper() for e in entries}
+    tuned_keys = {(e[0].upper(), e[1], e[2], e[3]) for e in entries}
+    lines = old_text.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("PQ2_TUNED("))
+    header = lines[:first]
+    keep, fallback = [], []
+    in_fallback = False
+    for line in lines[first:]:
+        if line.startswith("// Fallback"):
+            in_fallback = True
+        if in_fallback:
+            fallback.append(line)
+        elif line.startswith("PQ2_TUNED("):
+            key = table_key(line)
+            replaced = key[:4] in tuned_keys if partial else key[0] in tuned_layouts
+            if not replaced:
+                keep.append((key, line))
+    new = [(table_key(entry_line(*e)), entry_line(*e)) for e in entries]
+    order = lambda kl: (kl[0][0], kl[0][2], kl[0][3], kl[0][4], kl[0][1])  # noqa: E731
+    # One provenance line per run, after the earlier runs' (a full run of a layout still leaves
+    # the other layout's lines from earlier runs, so none is dropped).
+    runs = [i for i, h in enumerate(header) if h.startswith("// Tuned on")]
+    at = (
+        runs[-1] + 1
+        if runs
+        else next(
+            (i - 1 for i, h in enumerate(header) if h.startswith("// PQ2_TUNED(")), len(header)
+        )
+    )
+    header.insert(at, f"// Tuned on {note}.")
+    body = [line for _, line in sorted(keep + new, key=order)]
+    return "\n".join(header + body + [""] + fallback) + "\n"
+
+
+def entries_from_json(path):
+    """Re-pick the table entries of a saved tune (--json) without a GPU: (entries, env)."""
+    with open(path) as f:
+        saved = json.load(f)
+    groups = {}
+    for r in saved["rows"]:
+        c = r["config"]
+        c = {"row_subtiles": c.get("row_subtiles", c.get("rt")), **c}  # "rt": older result files
+        groups.setdefault((r["shape"], r["layout"], r["layout_rt"], r["m"]), []).append(
+            (r["us"], (ROWBLOCK,) + tuple(c.get(f, 0) for f in CONFIG_FIELDS[1:]))
+        )
+    entries = []
+    for (name, layout, layout_rt, m), cands in groups.items():
+        us, c = pick(cands)
+        n, k, _ = SHAPES[name]
+        entries.append((layout, m, n, k, layout_rt, c, us))
+    return entries, saved["env"]
+
+
+def write_table(path, entries, env, partial, source=""):
+    with open(path) as f:
+        old = f.read()
+    note = f"{env['nvidia_smi']}, {env['date'][:10]}, commit {env['commit']}{source}"
+    with open(path, "w") as f:
+        f.write(render_table(old, entries, note, partial))
+    keys = instances.product_keys(instances.table_entries(open(path).read()))
+    if os.path.abspath(path) == str(instances.TABLE):
+        instances.PRODUCT.write_text(instances.render(keys))
+        print(f"wrote {path} and {instances.PRODUCT}: {len(keys)} kernels; rebuild libpq2")
+
+
+def parse_warps(ap, text):
+    try:
+        warps = [int(w) for w in text.split(",")]
+    except ValueError:
+        ap.error(f"--warps {text!r}: a comma-separated list of integers")
+    if not warps or any(not 1 <= w <= 16 for w in warps):
+        ap.error(f"--warps {text!r}: warps per block are 1..16")
+    return warps
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--ms", default=",".join(map(str, M_BUCKETS)))
+    ap.add_argument("--layouts", default="tiles:2,planes:0")
+    ap.add_argument("--replays", type=int, default=10)
+    ap.add_argument("--write", help="tuned_configs.inc to write")
+    ap.add_argument("--json", help="write every measurement here")
+    ap.add_argument(
+        "--search",
+        default=",".join(SEARCH_CHOICES),
+        help="what to search: rowblock (one block per row block), persistent (a "
+        "persistent grid: config blocks > 0), splits (row blocks split over "
+        "several blocks), coarse (tiles rt 2, 2 < m <= 8: row blocks of two tile "
+        "rows)",
+    )
+    ap.add_argument(
+        "--warps",
+        help="warps per block to search, e.g. 3,4,5,6,8 (default: powers of two, 2 or 4 to 16)",
+    )
+    ap.add_argument("--from-json", help="no GPU: re-pick the entries of a saved --json tune")
+    ap.add_argument(
+        "--partial",
+        action="store_true",
+        help="--write replaces only the (layout, M bucket, shape) entries tuned now",
+    )
+    args = ap.parse_args(argv)
+    warps = parse_warps(ap, args.warps) if args.warps is not None else None
+    parts = tuple(args.search.split(","))
+    if any(p not in SEARCH_CHOICES for p in parts):
+        ap.error(f"--search {args.search!r}: choose from {', '.join(SEARCH_CHOICES)}")
+    if args.from_json:
+        entries, env = entries_from_json(args.from_json)
+        where = os.path.relpath(os.path.abspath(args.from_json), ROOT)
+        if args.write:
+            write_table(args.write, entries, env, args.partial, f", re-picked from {where}")
+        for e in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[1])):
+            print(
+                f"{e[0]} n={e[2]} k={e[3]} M<={e[1]}: "
+                f"{dict(zip(CONFIG_FIELDS, e[5], strict=True))} {e[6]:.1f} us"
+            )
+        return 0
+
+    from bench_matmul import environment
+
+    from pyq2 import _native
+
+    ffi, lib = _native.load()
+    _native.check(lib.pq2_cuda_init())
+    if not lib.pq2_built_with_tuning_kernels():
+        print(
+            "warning: libpq2 is not a tuning build (-DPQ2_TUNING_KERNELS=ON): only the tuned "
+            "table's kernels are compiled, the rest of the search space is refused",
+            file=sys.stderr,
+        )
+    env = environment()
+    layouts = [(a, int(b)) for a, b in (v.split(":") for v in args.layouts.split(","))]
+    entries, rows = tune(
+        args.shapes.split(","),
+        layouts,
+        [int(m) for m in args.ms.split(",")],
+        args.replays,
+        lambda s: print(s, flush=True),
+        parts,
+        warps,
+    )
+    if args.write:
+        write_table(args.write, entries, env, args.partial)
+    if args.json:
+        with open(args.json, "w") as f:
+            best = [
+                dict(
+                    layout=e[0],
+                    m_max=e[1],
+                    n=e[2],
+                    k=e[3],
+                    layout_rt=e[4],
+                    config=dict(zip(CONFIG_FIELDS, e[5], strict=False)),
+                    us=e[6],
+                )
+                for e in entries
+            ]
+            json.dump({"env": env, "rows": rows, "best": best}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
