@@ -644,7 +644,7 @@ def test_bad_arguments_return_status():
     big = weights((1000, 2560), "random", "tiles", 2)[2]
     xb = activations(2, 2560, "normal", torch.float32, 0)
     cases = [  # (weights, x, config, status, words of the message)
-        (w, x, matmul_config(2, 9, 2, 4), "INVALID_ARGUMENT", "warps=9"),
+        (w, x, matmul_config(2, 0, 2, 1), "INVALID_ARGUMENT", "warps=0"),
         (w, x, matmul_config(2, 17, 2, 2), "INVALID_ARGUMENT", "warps=17"),
         (w, x, matmul_config(2, 4, 3, 1), "INVALID_ARGUMENT", "unroll=3"),
         (w, x, matmul_config(3, 4, 1, 1), "INVALID_ARGUMENT", "row_subtiles=3"),

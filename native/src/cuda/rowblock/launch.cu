@@ -89,6 +89,13 @@ const char *grid_text(const pq2_matmul_config &cfg)
     return cfg.splits > 1 ? " (split row blocks)" : cfg.blocks > 0 ? " (persistent grid)" : "";
 }
 
+// Row blocks of several tile rows (coarse) or of part of one (fine), on a tiles file.
+const char *rows_text(const pq2_matmul_config &cfg, int32_t layout, int32_t layout_rt)
+{
+    if (layout != PQ2_LAYOUT_TILES || cfg.row_subtiles == layout_rt) return "";
+    return cfg.row_subtiles > layout_rt ? " (coarse rows)" : " (fine rows)";
+}
+
 }  // namespace
 
 bool pq2_rowblock_has_kernel(const pq2_matmul_config &cfg, int32_t layout, int32_t layout_rt,
@@ -184,10 +191,11 @@ pq2_status pq2_rowblock_check_config(const char *fn, const pq2_matmul_config &cf
     if (!find_kernel(cfg, layout, layout_rt, m))
         return pq2_set_error(
             PQ2_ERR_UNSUPPORTED,
-            "%s: no compiled row-block kernel for layout %s (rt %d) row_subtiles=%d unroll=%d "
+            "%s: no compiled row-block kernel for layout %s (rt %d) row_subtiles=%d%s unroll=%d "
             "stages=%d%s m=%lld%s",
             fn, layout == PQ2_LAYOUT_TILES ? "tiles" : "planes", (int)layout_rt,
-            (int)cfg.row_subtiles, (int)cfg.unroll, (int)cfg.stages, grid_text(cfg), (long long)m,
+            (int)cfg.row_subtiles, rows_text(cfg, layout, layout_rt), (int)cfg.unroll,
+            (int)cfg.stages, grid_text(cfg), (long long)m,
             pq2_built_with_tuning_kernels() ? ""
                                             : " (this build has the tuned table's kernels only; "
                                               "build with -DPQ2_TUNING_KERNELS=ON for the rest)");
