@@ -573,16 +573,12 @@ def test_every_config(m):
                 ), e
 
 
-def test_deterministic_with_split_rows():
+def test_deterministic_across_runs():
     shape = MODEL_SHAPES["down"]
     codes, scales, w = weights(shape, "ternary", "tiles", 4)
     x = activations(8, shape[1], "normal", torch.bfloat16, 1)
-    # 16 warps reduce in shared memory, in registers and through the ring; split row blocks
-    explicit = [
-        matmul_config(4, 16, 1, 2),
-        matmul_config(4, 16, 1, 5),
-        matmul_config(4, 8, 1, 1, 0, 3),
-    ]
+    # 16 warps reduce in shared memory, after register batches and after the ring
+    explicit = [matmul_config(4, 16, 1, 2), matmul_config(4, 16, 1, 5)]
     for cfg in [None] + (explicit if TUNING_BUILD else []):
         ys = [w.matmul(x, out_dtype=torch.float32, cfg=cfg) for _ in range(3)]
         assert all(torch.equal(ys[0], y) for y in ys[1:])
