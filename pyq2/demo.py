@@ -1,10 +1,13 @@
 """`pyq2 demo`: the whole offline flow on a small, generated, Bonsai-like model.
 
 write_demo_model() builds a deterministic PQ2_0 GGUF (no download): qwen35-style metadata, a
-few layers of hidden 256 / FFN 768 / vocab 1024, every projection weight quantised from gaussian
-floats by the reference quantizer (pyq2.formats.pq2_quantize), the output head in PTQ1_0, F32
-norms, and prism.hadamard.* metadata with explicit sign vectors. run_demo() repacks it to the
-tile-major layout, verifies the result and reports.
+few layers of hidden 256 / FFN 768 / vocab 1024, the output head in PTQ1_0, F32 norms. It is a
+FOLDED model, as Ternary-Bonsai-2 files are: every projection is gaussian float weights W folded
+with the Prism Hadamard rotation (W' = W diag(s) H, block 128, explicit signs per input width;
+the token embedding with the inverse) and then quantised by the reference quantizer
+(pyq2.formats.pq2_quantize), with the prism.hadamard.* contract that says so. Its unfolded float
+weights are reference.unfold of the stored ones. run_demo() repacks it to the tile-major layout,
+verifies the result and reports.
 """
 
 from __future__ import annotations
@@ -16,12 +19,13 @@ from typing import Any
 
 import numpy as np
 
-from . import formats, gguf_io
+from . import formats, gguf_io, reference
 from .gguf_io import GGUFValueType as V
 from .gguf_io import OutTensor
 from .gguf_types import F32, PQ2_0, PTQ1_0
 from .info import format_info
 from .repack import repack
+from .rotation import contract_keys
 from .verify import verify
 
 ARCH = "qwen35"
@@ -63,10 +67,14 @@ def write_demo_model(
             f"{HADAMARD_BLOCK}, hidden of n_head ({n_head})"
         )
     rng = np.random.default_rng(seed)
+    signs = {w: rng.choice(np.array([-1, 1], np.int32), w) for w in sorted({hidden, ffn})}
     tensors: list[tuple[OutTensor, np.ndarray]] = []
 
     def pq2(name, k, n, ptq1=False):
         w = rng.standard_normal((n, k)) * 0.02
+        # folded weights read rotated activations; the embedding's rows are rotated forward,
+        # so that the host's inverse after the lookup gives the float row back
+        w = reference.fold(w, HADAMARD_BLOCK, signs[k])
         raw = formats.pq2_quantize(w)
         if ptq1:
             data = formats.pq2_to_ptq1(raw, blocks_per_row=k // 128)
@@ -91,8 +99,6 @@ def write_demo_model(
     pq2("output.weight", hidden, vocab, ptq1=True)
     folded.append("output.weight")
 
-    widths = sorted({hidden, ffn})
-    signs = np.concatenate([rng.choice(np.array([-1, 1], np.int32), w) for w in widths])
     tokens = [f"<tok{i}>" for i in range(vocab)]
     kv: list[tuple[Any, ...]] = [
         ("general.architecture", V.STRING, ARCH),
@@ -111,16 +117,14 @@ def write_demo_model(
         ("tokenizer.ggml.tokens", V.ARRAY, tokens, V.STRING),
         ("tokenizer.ggml.token_type", V.ARRAY, np.ones(vocab, np.int32), V.INT32),
         ("tokenizer.ggml.add_bos_token", V.BOOL, False),
-        ("prism.hadamard.version", V.UINT32, 1),
-        ("prism.hadamard.block_size", V.UINT32, HADAMARD_BLOCK),
-        ("prism.hadamard.transform", V.STRING, "normalized-sylvester-walsh-hadamard"),
-        ("prism.hadamard.axis", V.STRING, "input-last-dimension"),
-        ("prism.hadamard.sign_mode", V.STRING, "explicit"),
-        ("prism.hadamard.weight_names", V.ARRAY, folded, V.STRING),
-        ("prism.hadamard.sign_widths", V.ARRAY, np.array(widths, np.int32), V.INT32),
-        ("prism.hadamard.sign_values", V.ARRAY, signs, V.INT32),
-        ("prism.hadamard.inverse_weight_names", V.ARRAY, ["token_embd.weight"], V.STRING),
     ]
+    types = {str: V.STRING, bool: V.BOOL, int: V.UINT32}
+    for key, value in contract_keys(HADAMARD_BLOCK, signs, folded, ["token_embd.weight"]):
+        if isinstance(value, (list, np.ndarray)):
+            is_str = len(value) and isinstance(value[0], str)
+            kv.append((key, V.ARRAY, value, V.STRING if is_str else V.INT32))
+        else:
+            kv.append((key, types[type(value)], value))
     records = [gguf_io.encode_kv(*item) for item in kv]
     gguf_io.write_gguf(path, records, [t for t, _ in tensors], lambda i, t: (tensors[i][1],))
     return Path(path)

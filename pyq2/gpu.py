@@ -142,19 +142,18 @@ class PQ2Weights:
         )
         return out
 
-    def matmul_q8(self, q8, scales, sums, out, workspace, cfg=None, stream=None):
-        """y = W . x on activations already quantised by quantize_q8()."""
+    def matmul_q8(self, x: Q8Operand, out, workspace=None, cfg=None, stream=None):
+        """y = W . x on a Q8 operand made upstream (quantize_q8 or a producer)."""
         ffi, lib = _native.load()
-        m = q8.shape[0]
+        if workspace is None:
+            workspace = self.workspace(x.m, cfg)
         _native.check(
             lib.pq2_matmul_q8_cuda(
                 self.struct(),
-                ffi.cast("int8_t *", q8.data_ptr()),
-                ffi.cast("float *", scales.data_ptr()),
-                ffi.cast("int32_t *", sums.data_ptr()),
+                x.struct(),
                 ffi.cast("void *", out.data_ptr()),
                 _dtype_code(out),
-                m,
+                x.m,
                 cfg if cfg is not None else ffi.NULL,
                 ffi.cast("void *", workspace.data_ptr()),
                 workspace.numel(),
@@ -163,26 +162,246 @@ class PQ2Weights:
         )
         return out
 
+    def get_rows(self, ids, out_dtype=None, rotation: DeviceRotation | None = None, stream=None):
+        """[len(ids), k]: rows ids (int32 cuda tensor) dequantised, then the inverse rotation."""
+        torch = _torch()
+        ffi, lib = _native.load()
+        ids = ids.to(torch.int32).contiguous()
+        out = torch.empty(ids.numel(), self.k, dtype=out_dtype or torch.float32, device=ids.device)
+        _native.check(
+            lib.pq2_get_rows_cuda(
+                self.struct(),
+                ffi.cast("int32_t *", ids.data_ptr()),
+                ids.numel(),
+                ffi.cast("void *", out.data_ptr()),
+                _dtype_code(out),
+                rotation.struct() if rotation is not None else ffi.NULL,
+                _stream_ptr(stream),
+            )
+        )
+        return out
 
-def quantize_q8(x, stream=None):
-    """(q8 int8 [m, k] plane order, scales f32 [m, k/128], sums i32 [m, k/128]) on the GPU."""
-    torch = _torch()
+    def dequantize(self, out_dtype=None, stream=None):
+        """[n, k] dense weights: (code - 1) * d."""
+        torch = _torch()
+        ffi, lib = _native.load()
+        out = torch.empty(self.n, self.k, dtype=out_dtype or torch.float32, device=self.data.device)
+        _native.check(
+            lib.pq2_dequantize_cuda(
+                self.struct(),
+                ffi.cast("void *", out.data_ptr()),
+                _dtype_code(out),
+                _stream_ptr(stream),
+            )
+        )
+        return out
+
+
+@dataclass
+class Q8Operand:
+    """The Q8 operand of a matmul (pq2.h pq2_q8) on the GPU: q8 int8 [m, k] in plane order (None
+    at m = 1 when only the bit slices are wanted), scales f32 and sums i32 [m, k/128], and the
+    kernel operand (uint8, or None). Unpacks as (q8, scales, sums)."""
+
+    q8: Any
+    scales: Any
+    sums: Any
+    kernel_operand: Any
+    m: int
+    k: int
+
+    @classmethod
+    def empty(cls, m: int, k: int, device="cuda", kernel_operand: bool = True, q8: bool = True):
+        torch = _torch()
+        ffi, lib = _native.load()
+        size = ffi.new("size_t *")
+        _native.check(lib.pq2_q8_kernel_operand_bytes(m, k, size))
+        ko = None
+        if kernel_operand and size[0]:
+            ko = torch.empty(int(size[0]), dtype=torch.uint8, device=device)
+        return cls(
+            torch.empty(m, k, dtype=torch.int8, device=device) if q8 else None,
+            torch.empty(m, k // 128, dtype=torch.float32, device=device),
+            torch.empty(m, k // 128, dtype=torch.int32, device=device),
+            ko,
+            m,
+            k,
+        )
+
+    def struct(self):
+        ffi, _ = _native.load()
+        q = ffi.new("pq2_q8 *")
+        q.q8 = ffi.cast("int8_t *", self.q8.data_ptr()) if self.q8 is not None else ffi.NULL
+        q.scales = ffi.cast("float *", self.scales.data_ptr())
+        q.sums = ffi.cast("int32_t *", self.sums.data_ptr())
+        ko = self.kernel_operand
+        q.kernel_operand = ffi.cast("void *", ko.data_ptr()) if ko is not None else ffi.NULL
+        return q
+
+    def __iter__(self):
+        return iter((self.q8, self.scales, self.sums))
+
+
+def quantize_q8(x, stream=None, kernel_operand: bool = False) -> Q8Operand:
+    """The Q8 operand of x [m, k] (pq2_quantize_q8_cuda)."""
     ffi, lib = _native.load()
     x = x.contiguous()
     m, k = x.shape
-    q8 = torch.empty(m, k, dtype=torch.int8, device=x.device)
-    scales = torch.empty(m, k // 128, dtype=torch.float32, device=x.device)
-    sums = torch.empty(m, k // 128, dtype=torch.int32, device=x.device)
+    out = Q8Operand.empty(m, k, x.device, kernel_operand)
     _native.check(
         lib.pq2_quantize_q8_cuda(
             ffi.cast("void *", x.data_ptr()),
             _dtype_code(x),
             m,
             k,
-            ffi.cast("int8_t *", q8.data_ptr()),
-            ffi.cast("float *", scales.data_ptr()),
-            ffi.cast("int32_t *", sums.data_ptr()),
+            out.struct(),
             _stream_ptr(stream),
         )
     )
-    return q8, scales, sums
+    return out
+
+
+# ---- the rotation and the producers (pq2.h "the rotation and the rest of the weight path") ----
+
+
+@dataclass
+class DeviceRotation:
+    """A Hadamard rotation on the GPU: block size B and the width's int8 sign vector (a cuda
+    tensor, or None for all +1). From a file's contract: DeviceRotation.of(rotation, width)."""
+
+    block: int
+    signs: Any = None
+
+    @classmethod
+    def of(cls, rotation, width: int, device="cuda") -> DeviceRotation:
+        torch = _torch()
+        s = rotation.signs_for(width)
+        return cls(rotation.block, None if s is None else torch.from_numpy(s).to(device))
+
+    def struct(self):
+        ffi, _ = _native.load()
+        r = ffi.new("pq2_rotation *")
+        r.block = self.block
+        r.signs = (
+            ffi.cast("int8_t *", self.signs.data_ptr()) if self.signs is not None else ffi.NULL
+        )
+        return r
+
+
+def _rot(rotation):
+    return rotation.struct() if rotation is not None else _native.load()[0].NULL
+
+
+def rotate(x, rotation: DeviceRotation, inverse: bool = False, out=None, stream=None):
+    """H_B(s * x) (or s * H_B(x) with inverse) of x [m, width]; out=x rotates in place."""
+    ffi, lib = _native.load()
+    out = _torch().empty_like(x) if out is None else out
+    _native.check(
+        lib.pq2_rotate_cuda(
+            ffi.cast("void *", x.data_ptr()),
+            _dtype_code(x),
+            ffi.cast("void *", out.data_ptr()),
+            _dtype_code(out),
+            x.shape[0],
+            x.shape[1],
+            rotation.struct(),
+            1 if inverse else 0,
+            _stream_ptr(stream),
+        )
+    )
+    return out
+
+
+def _ptr(t):
+    ffi, _ = _native.load()
+    return ffi.cast("void *", t.data_ptr()) if t is not None else ffi.NULL
+
+
+def norm_rotate_q8(
+    x,
+    norm_weight,
+    eps: float,
+    rotation: DeviceRotation | None,
+    residual=None,
+    h_out=None,
+    normed=None,
+    out: Q8Operand | None = None,
+    stream=None,
+) -> Q8Operand:
+    """Q8 of rotate(RMSNorm(x + residual) * norm_weight); h = x + residual to h_out and the
+    un-rotated normed activation to normed when given (pq2_norm_rotate_q8_cuda)."""
+    ffi, lib = _native.load()
+    m, width = x.shape
+    out = Q8Operand.empty(m, width, x.device) if out is None else out
+    _native.check(
+        lib.pq2_norm_rotate_q8_cuda(
+            _ptr(x),
+            _ptr(residual),
+            _ptr(h_out),
+            _dtype_code(x),
+            _ptr(norm_weight),
+            _dtype_code(norm_weight),
+            eps,
+            m,
+            width,
+            _rot(rotation),
+            out.struct(),
+            _ptr(normed),
+            _dtype_code(normed) if normed is not None else 0,
+            _stream_ptr(stream),
+        )
+    )
+    return out
+
+
+def swiglu_rotate_q8(
+    gate, up, rotation: DeviceRotation | None, out: Q8Operand | None = None, stream=None
+) -> Q8Operand:
+    """Q8 of rotate(silu(gate) * up); gate and up [m, width] views with the same row stride."""
+    ffi, lib = _native.load()
+    m, width = gate.shape
+    if up.stride() != gate.stride() or gate.stride(1) != 1:
+        raise ValueError("gate and up must be row-major views with the same row stride")
+    out = Q8Operand.empty(m, width, gate.device) if out is None else out
+    _native.check(
+        lib.pq2_swiglu_rotate_q8_cuda(
+            _ptr(gate),
+            _ptr(up),
+            gate.stride(0),
+            _dtype_code(gate),
+            m,
+            width,
+            _rot(rotation),
+            out.struct(),
+            _stream_ptr(stream),
+        )
+    )
+    return out
+
+
+def rotate_q8(
+    x,
+    rotation: DeviceRotation | None,
+    v_heads: int = 0,
+    k_heads: int = 0,
+    out: Q8Operand | None = None,
+    stream=None,
+) -> Q8Operand:
+    """Q8 of rotate(x), x first permuted to the grouped V-head order when v_heads > 0."""
+    ffi, lib = _native.load()
+    m, width = x.shape
+    out = Q8Operand.empty(m, width, x.device) if out is None else out
+    _native.check(
+        lib.pq2_rotate_q8_cuda(
+            _ptr(x),
+            _dtype_code(x),
+            m,
+            width,
+            _rot(rotation),
+            v_heads,
+            k_heads,
+            out.struct(),
+            _stream_ptr(stream),
+        )
+    )
+    return out

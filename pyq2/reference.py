@@ -141,3 +141,74 @@ def worst_element(out, ref) -> str:
     diff = np.where(np.isnan(diff), np.inf, diff)
     i = np.unravel_index(int(np.argmax(diff)), diff.shape)
     return f"worst at {tuple(int(v) for v in i)}: got {out[i]!r}, want {ref[i]!r}"
+
+
+# ---- the rotation and the weight path (FORMATS.md "Prism Hadamard rotation") ---------------
+
+
+def sylvester(b: int) -> np.ndarray:
+    """The unnormalised b x b Sylvester-Hadamard matrix: H[r, c] = (-1)^popcount(r & c)."""
+    r = np.arange(b)
+    bits = np.bitwise_and(r[:, None], r[None, :])
+    parity = np.zeros_like(bits)
+    while bits.any():
+        parity ^= bits & 1
+        bits >>= 1
+    return np.where(parity == 1, -1.0, 1.0)
+
+
+def fwht(x, block: int) -> np.ndarray:
+    """float64 x with the normalised Walsh-Hadamard transform applied to every aligned block of
+    `block` elements along the last axis: log2(block) butterfly passes, then 1/sqrt(block)."""
+    x = np.array(x, dtype=np.float64)
+    if block < 1 or block & (block - 1) or x.shape[-1] % block:
+        raise ValueError(f"block {block} must be a power of two dividing {x.shape[-1]}")
+    y = x.reshape(-1, x.shape[-1] // block, block)
+    h = 1
+    while h < block:
+        z = y.reshape(y.shape[0], y.shape[1], block // (2 * h), 2, h)
+        a, b = z[..., 0, :].copy(), z[..., 1, :].copy()
+        z[..., 0, :], z[..., 1, :] = a + b, a - b
+        h *= 2
+    return (y / np.sqrt(block)).reshape(x.shape)
+
+
+def rotate(x, block: int, signs=None, inverse: bool = False) -> np.ndarray:
+    """float64: x' = H_B(s * x), or with inverse s * (H_B x); signs None means all +1."""
+    s = np.ones(np.shape(x)[-1]) if signs is None else np.asarray(signs, dtype=np.float64)
+    x = np.asarray(x, dtype=np.float64)
+    return s * fwht(x, block) if inverse else fwht(s * x, block)
+
+
+def gdn_v_grouped(x, v_heads: int, k_heads: int) -> np.ndarray:
+    """x (last axis: width = hd * v_heads in the tiled V-head order [hd, nk, rep]) in the grouped
+    order [hd, rep, nk]: element d + hd*(k + nk*r) moves to d + hd*(r + rep*k)."""
+    x = np.asarray(x)
+    width = x.shape[-1]
+    hd, rep = width // v_heads, v_heads // k_heads
+    tiled = x.reshape(*x.shape[:-1], rep, k_heads, hd)  # [.., r, k, d]
+    return np.swapaxes(tiled, -3, -2).reshape(x.shape)  # [.., k, r, d]
+
+
+def rmsnorm(x, weight, eps: float) -> np.ndarray:
+    """float64 x / sqrt(mean(x^2) + eps) * weight along the last axis."""
+    x = np.asarray(x, dtype=np.float64)
+    return (
+        x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * np.asarray(weight, np.float64)
+    )
+
+
+def swiglu(gate, up) -> np.ndarray:
+    """float64 silu(gate) * up."""
+    g = np.asarray(gate, dtype=np.float64)
+    return g / (1.0 + np.exp(-g)) * np.asarray(up, dtype=np.float64)
+
+
+def fold(w, block: int, signs=None) -> np.ndarray:
+    """The folded weights W' = W diag(s) H_B (rows of w: outputs), so that W' rotate(x) = W x."""
+    return rotate(w, block, signs, inverse=False)  # (W diag(s) H)[n] = H (s * W[n]): H symmetric
+
+
+def unfold(w_folded, block: int, signs=None) -> np.ndarray:
+    """The inverse of fold: W = W' H_B diag(s)."""
+    return rotate(w_folded, block, signs, inverse=True)

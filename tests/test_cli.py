@@ -91,7 +91,7 @@ def test_info_text(capsys, demo):
     code, out, _ = run(capsys, "info", demo)
     assert code == 0
     assert "qwen35" in out and "sign_mode explicit" in out and "sign_widths [256, 768]" in out
-    assert "n_sign_values 1024" in out and "n_weight_names 15" in out
+    assert "folded_weights 15" in out and "inverse_weights ['token_embd.weight']" in out
     assert "tokenizer.ggml.tokens = [string x 1024]" in out
     assert "<tok5>" not in out  # long arrays are summarised, never dumped
     row = next(line for line in out.splitlines() if "blk.0.ffn_down.weight" in line).split()
@@ -107,7 +107,7 @@ def test_info_json_of_repacked_file(tmp_path, capsys, demo):
     assert d["pyq2"] == {"format_version": 2, "layout": "tiles"}
     assert d["prism_hadamard"]["sign_mode"] == "explicit"
     assert d["prism_hadamard"]["sign_widths"] == [256, 768]
-    assert d["prism_hadamard"]["n_sign_values"] == 1024
+    assert d["prism_hadamard"]["block_size"] == 128 and d["prism_hadamard"]["folded_weights"] == 15
     assert d["metadata"]["tokenizer.ggml.tokens"] == {"array": "STRING", "len": 1024}
     t = {r["name"]: r for r in d["tensors"]}
     assert t["output.weight"] == {

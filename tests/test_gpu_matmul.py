@@ -148,7 +148,8 @@ def check_matmul(shape, m, dtype, layout, rt, content="ternary", kind="normal", 
     x = activations(m, shape[1], kind, dtype, seed)
     y = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")  # poisoned
     w.matmul(x, out=y, cfg=cfg)
-    q8, xs, sums = quantize_q8(x)
+    xq = quantize_q8(x)
+    q8, xs, sums = xq
     ref = q8_reference(codes, scales, q8, xs, sums)
     torch.cuda.synchronize()
     assert not torch.isnan(y).any(), "unwritten (NaN) outputs"
@@ -170,7 +171,8 @@ def test_quantize_bit_exact(dtype, m, k):
     x = activations(m, k, "outliers", dtype, seed=m * k)
     x[0, :128] = 0  # an all-zero group
     x[-1, 128:256] = 1e-40 if dtype == torch.float32 else 0  # subnormal group
-    q8, xs, sums = quantize_q8(x)
+    xq = quantize_q8(x)
+    q8, xs, sums = xq
     rq, rs, rsum = reference.quantize_q8(x.float().cpu().numpy())
     assert np.array_equal(q8.cpu().numpy(), rq)
     assert np.array_equal(xs.cpu().numpy().view(np.uint32), rs.view(np.uint32))
@@ -186,7 +188,8 @@ def test_quantize_nan_inf_like_host():
     x[0, 128:256] = float("nan")
     x[0, 300] = float("inf")
     x[0, 400], x[0, 401] = float("nan"), float("-inf")
-    q8, xs, sums = quantize_q8(x)
+    xq = quantize_q8(x)
+    q8, xs, sums = xq
     hq, hs, hsum = host.quantize_q8(x.cpu().numpy())
     assert np.array_equal(q8.cpu().numpy(), hq)
     assert np.array_equal(xs.cpu().numpy().view(np.uint32), hs.view(np.uint32))
@@ -236,7 +239,8 @@ def test_bit_slices_every_bit_at_m1(layout, rt):
     scales = torch.ones(n, k // 128, dtype=torch.float16, device="cuda")
     w = weights_from_planes(codes, scales, layout, rt)
     x = activations(1, k, "outliers", torch.float32, seed=5)
-    q8, xs, sums = quantize_q8(x)
+    xq = quantize_q8(x)
+    q8, xs, sums = xq
     ref = q8_reference(codes, scales, q8, xs, sums).flatten()
     tol = xs.double().flatten()[e // 128] / 64
     explicit = ROWBLOCK_BY_TOKS[1] if layout == "tiles" else ROWBLOCK_PLANES_BY_TOKS[1]
@@ -245,7 +249,7 @@ def test_bit_slices_every_bit_at_m1(layout, rt):
         y = torch.full((1, n), float("nan"), dtype=torch.float32, device="cuda")
         w.matmul(x, out=y, cfg=cfg)
         yq = torch.full((1, n), float("nan"), dtype=torch.float32, device="cuda")
-        w.matmul_q8(q8, xs, sums, yq, w.workspace(1, cfg), cfg)
+        w.matmul_q8(xq, yq, w.workspace(1, cfg), cfg)
         torch.cuda.synchronize()
         for path, got in (("matmul", y), ("matmul_q8", yq)):
             got = got.double().flatten()
@@ -358,7 +362,8 @@ def check_split_every_m(shape, layout, layout_rt, by_toks, content):
     for m in ALL_M:
         dtype = dtype_for(m)
         x = activations(m, shape[1], "normal", dtype, m)
-        q8, xs, sums = quantize_q8(x)
+        xq = quantize_q8(x)
+        q8, xs, sums = xq
         ref = q8_reference(codes, scales, q8, xs, sums)
         for rt, warps, unroll, stages, blocks, splits in by_toks[toks_class(m)]:
             cfg = matmul_config(rt, warps, unroll, stages, blocks, splits)
@@ -371,7 +376,7 @@ def check_split_every_m(shape, layout, layout_rt, by_toks, content):
                 ys.append(y)
             work.fill_(0xAB)
             yq = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")
-            w.matmul_q8(q8, xs, sums, yq, work, cfg)
+            w.matmul_q8(xq, yq, work, cfg)
             torch.cuda.synchronize()
             for y in ys + [yq]:
                 assert not torch.isnan(y).any(), f"unwritten outputs, m={m} cfg splits={splits}"
@@ -467,7 +472,8 @@ def test_rowblock_coarse_rows(shape):
                 w.matmul(x, cfg=matmul_config(4, 8, 1, 1))
             assert e.value.status_name == "PQ2_ERR_UNSUPPORTED" and "coarse rows" in e.value.message
             continue
-        q8, xs, sums = quantize_q8(x)
+        xq = quantize_q8(x)
+        q8, xs, sums = xq
         ref = q8_reference(codes, scales, q8, xs, sums)
         for warps, stages, blocks in ROWBLOCK_COARSE:
             cfg = matmul_config(4, warps, 1, stages, blocks)
@@ -476,7 +482,7 @@ def test_rowblock_coarse_rows(shape):
             work = w.workspace(m, cfg)
             work.fill_(0xAB)
             yq = torch.full((m, shape[0]), float("nan"), dtype=dtype, device="cuda")
-            w.matmul_q8(q8, xs, sums, yq, work, cfg)
+            w.matmul_q8(xq, yq, work, cfg)
             y2 = w.matmul(x, out_dtype=dtype, cfg=matmul_config(2, warps, 1, 1))
             torch.cuda.synchronize()
             what = f"m={m} warps={warps} stages={stages} blocks={blocks}"
@@ -605,7 +611,8 @@ def test_cuda_graph_capture_and_replay():
         y.fill_(float("nan"))
         graph.replay()
         torch.cuda.synchronize()
-        q8, xs, sums = quantize_q8(x)
+        xq = quantize_q8(x)
+        q8, xs, sums = xq
         assert rel_rms(y, q8_reference(codes, scales, q8, xs, sums)) <= Y_TOL[torch.bfloat16]
 
 

@@ -143,10 +143,29 @@ PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, int64_t
  * every entry point calls it on first use, but a host that captures CUDA graphs should call it
  * once before capture. */
 PQ2_API pq2_status pq2_cuda_init(void);
-/* Group-128 Q8 of x[m][k] on the GPU, bit-exact with pq2_quantize_q8_host. x is f32, f16 or
- * bf16 by x_dtype; x 16-byte aligned, rows contiguous. */
+/* The Q8 operand of a matmul on activations x[m][k] (device memory; FORMATS.md "Activations"):
+ * what pq2_quantize_q8_cuda and the fused producers below write and pq2_matmul_q8_cuda reads.
+ *   q8, scales, sums  the group-128 Q8: q8[m][k] in plane order, scales[m][k/128] fp32,
+ *                     sums[m][k/128] int32 (q8 16-byte aligned, the others 4)
+ *   kernel_operand    NULL, or pq2_q8_kernel_operand_bytes(m, k) bytes (16-byte aligned) that
+ *                     a writer fills with what the matmul kernels read besides (an internal
+ *                     format: bit slices at m = 1, token records at 2 <= m <= 8; 0 bytes above).
+ *                     Given to pq2_matmul_q8_cuda, it saves the kernel that would derive it: a
+ *                     producer writing it is the only kernel before the matmul.
+ * At m = 1 with a kernel operand, q8 may be NULL: the m = 1 kernels read only the bit slices,
+ * the scales and the sums. */
+typedef struct pq2_q8 {
+    int8_t *q8;
+    float *scales;
+    int32_t *sums;
+    void *kernel_operand;
+} pq2_q8;
+/* Bytes of the kernel operand of a Q8 operand of m x k (0 for m > 8). Pure. */
+PQ2_API pq2_status pq2_q8_kernel_operand_bytes(int64_t m, int64_t k, size_t *bytes);
+/* Group-128 Q8 of x[m][k] on the GPU into *out, bit-exact with pq2_quantize_q8_host. x is f32,
+ * f16 or bf16 by x_dtype; x 16-byte aligned, rows contiguous. */
 PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t m, int64_t k,
-                                        int8_t *q8, float *scales, int32_t *sums, void *stream);
+                                        const pq2_q8 *out, void *stream);
 /* Launch configuration of a matmul. Hosts normally pass NULL and get the dispatcher's choice
  * (a table tuned per shape and m, with a fallback for other shapes); the tuner and tests pass
  * explicit values. A configuration the build has no kernel for, or that does not fit the device,
@@ -199,22 +218,81 @@ PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, int64_t m,
  * the workspace and y are ordered as usual (x may be prefetched into L2 early, which reads
  * nothing the call uses before that kernel has finished). Do not write the weights in the kernel
  * launched right before the call on the same stream; weights written earlier (by a copy, or by a
- * kernel with at least one other kernel after it before the call) are safe. pq2_matmul_q8_cuda does
- * the same at m <= 8, where it first makes the operands the kernel reads in the workspace; at
- * m > 8 it does not overlap (stream order as usual). */
+ * kernel with at least one other kernel after it before the call) are safe. pq2_matmul_q8_cuda's
+ * matmul is such a dependent too (of the caller's kernel that made its Q8 operand, or of its own
+ * small kernel), except after the memset that clears a split configuration's counters. */
 PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t x_dtype, void *y,
                                    int32_t y_dtype, int64_t m, const pq2_matmul_config *cfg,
                                    void *workspace, size_t workspace_bytes, void *stream);
-/* The same product on activations already quantised by pq2_quantize_q8_cuda (q8, scales, sums
- * exactly as that call writes them). At m = 1 the row-block kernels read a bit-sliced copy of q8
- * and at 2 <= m <= 8 the scales and sums as 16-byte records: this call makes them in the
- * workspace with one small kernel before the matmul (inside pq2_matmul_cuda the quantiser writes
- * them), chained as pq2_matmul_cuda chains its quantiser and matmul (see there: the weights must
- * not be written by the kernel launched right before). */
-PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int8_t *q8, const float *scales,
-                                      const int32_t *sums, void *y, int32_t y_dtype, int64_t m,
-                                      const pq2_matmul_config *cfg, void *workspace,
-                                      size_t workspace_bytes, void *stream);
+/* The same product on a Q8 operand made upstream (pq2_quantize_q8_cuda or a fused producer),
+ * for the same m and k = W's. Without a kernel operand, at m <= 8 this call first makes it in
+ * the workspace with one small kernel (inside pq2_matmul_cuda the quantiser writes it), chained
+ * as pq2_matmul_cuda chains its quantiser and matmul (see there: the weights must not be
+ * written by the kernel launched right before); with one, the matmul is the call's only
+ * kernel. */
+PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const pq2_q8 *x, void *y,
+                                      int32_t y_dtype, int64_t m, const pq2_matmul_config *cfg,
+                                      void *workspace, size_t workspace_bytes, void *stream);
+
+/* ---- the rotation and the rest of the weight path (CUDA) ----
+ * The Prism Hadamard rotation of Ternary-Bonsai-2 files (FORMATS.md): a folded weight W' = W
+ * diag(s) H reads x' = H_B(s * x): signs s over the whole width, then the normalised
+ * Walsh-Hadamard transform (Sylvester order) on every block of B elements. The inverse is
+ * h = s * (H_B z). A rotation is its block size and the width's sign vector. */
+typedef struct pq2_rotation {
+    int32_t block;       /* B: a power of two, 64..4096, dividing the width */
+    const int8_t *signs; /* [width] of +1 / -1, device memory; NULL: all +1 (sign_mode identity) */
+} pq2_rotation;
+#define PQ2_ROTATE_INVERSE 1
+
+/* y[m][width] = H_B(s * x) (flags 0) or s * (H_B x) (PQ2_ROTATE_INVERSE). x and y f32, f16 or
+ * bf16, 16-byte aligned, width % 128 == 0; y == x (same dtype) rotates in place, any other
+ * overlap is refused. */
+PQ2_API pq2_status pq2_rotate_cuda(const void *x, int32_t x_dtype, void *y, int32_t y_dtype,
+                                   int64_t m, int64_t width, const pq2_rotation *rot, int32_t flags,
+                                   void *stream);
+
+/* The producers of a matmul's Q8 operand, each one kernel: a source, then the rotation (rot
+ * NULL: none), then the Q8 operand exactly as pq2_quantize_q8_cuda would write it of the same
+ * rotated values (bit-identical), kernel operand included when out has one: so a producer then
+ * pq2_matmul_q8_cuda is two kernels per projection, and one producer serves every weight that
+ * reads the same activation. Inputs of dtype (f32, f16, bf16) are 16-byte aligned, rows
+ * contiguous; width % 128 == 0. Each is a programmatic dependent of the kernel before it (it
+ * reads its inputs after that kernel has finished) and lets the matmul after it start
+ * streaming weights. */
+
+/* h = x + residual (residual NULL: h = x), written to h_out unless NULL (h_out must not overlap
+ * x or residual); then RMSNorm: n = h / sqrt(mean(h^2) + eps) * norm_weight (norm_dtype), written
+ * un-rotated to normed (normed_dtype) unless NULL, for the consumers that read the un-folded
+ * activation; then rotate n and quantise it into *out. */
+PQ2_API pq2_status pq2_norm_rotate_q8_cuda(const void *x, const void *residual, void *h_out,
+                                           int32_t dtype, const void *norm_weight,
+                                           int32_t norm_dtype, float eps, int64_t m, int64_t width,
+                                           const pq2_rotation *rot, const pq2_q8 *out, void *normed,
+                                           int32_t normed_dtype, void *stream);
+/* silu(gate) * up (gate and up: rows of ld elements, e.g. the two halves of a fused gate_up
+ * output with ld = 2 * width), rotated and quantised into *out. */
+PQ2_API pq2_status pq2_swiglu_rotate_q8_cuda(const void *gate, const void *up, int64_t ld,
+                                             int32_t dtype, int64_t m, int64_t width,
+                                             const pq2_rotation *rot, const pq2_q8 *out,
+                                             void *stream);
+/* x, first permuted from the tiled to the grouped V-head order when v_heads > 0 (the
+ * gdn_v_grouped contract: element d + hd*(k + k_heads*r) of x moves to d + hd*(r + rep*k), with
+ * hd = width / v_heads, rep = v_heads / k_heads), rotated and quantised into *out. */
+PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, int64_t m, int64_t width,
+                                      const pq2_rotation *rot, int32_t v_heads, int32_t k_heads,
+                                      const pq2_q8 *out, void *stream);
+
+/* out[i][k] = row ids[i] of W (any layout, device memory) dequantised, then, when rot is not
+ * NULL, its inverse rotation s * (H_B z) (the token embedding of a folded file). out f32, f16 or
+ * bf16, 16-byte aligned. An id outside 0..N-1 gives a row of NaN. */
+PQ2_API pq2_status pq2_get_rows_cuda(const pq2_weights *w, const int32_t *ids, int64_t n_ids,
+                                     void *out, int32_t out_dtype, const pq2_rotation *rot,
+                                     void *stream);
+/* out[N][K] = W (any layout, device memory) dequantised: (code - 1) * d, exact in every dtype
+ * that holds the value (f32 always). */
+PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *out, int32_t out_dtype,
+                                       void *stream);
 
 /* PQ2_CDEF_END */
 

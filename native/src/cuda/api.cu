@@ -174,27 +174,35 @@ extern "C" PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, in
     return pq2_ok();
 }
 
+extern "C" PQ2_API pq2_status pq2_q8_kernel_operand_bytes(int64_t m, int64_t k, size_t *bytes)
+{
+    static const char fn[] = "pq2_q8_kernel_operand_bytes";
+    PQ2_CHECK_PTR(fn, bytes);
+    if (m <= 0 || k <= 0 || k % 128 != 0)
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: m=%lld k=%lld: need m > 0 and k a positive multiple of 128", fn,
+                             (long long)m, (long long)k);
+    *bytes = pq2_q8_kernel_operand_size(m, k);
+    return pq2_ok();
+}
+
 extern "C" PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t m,
-                                                   int64_t k, int8_t *q8, float *scales,
-                                                   int32_t *sums, void *stream)
+                                                   int64_t k, const pq2_q8 *out, void *stream)
 {
     static const char fn[] = "pq2_quantize_q8_cuda";
     PQ2_CHECK_PTR(fn, x);
-    PQ2_CHECK_PTR(fn, q8);
-    PQ2_CHECK_PTR(fn, scales);
-    PQ2_CHECK_PTR(fn, sums);
     PQ2_CHECK(check_dtype(fn, "x_dtype", x_dtype));
     if (m <= 0 || k <= 0 || k % 128 != 0)
         return pq2_set_error(PQ2_ERR_SHAPE,
                              "%s: m=%lld k=%lld: need m > 0 and k a positive multiple of 128", fn,
                              (long long)m, (long long)k);
     PQ2_CHECK_ALIGN(fn, x, 16);
-    PQ2_CHECK_ALIGN(fn, scales, 4);
-    PQ2_CHECK_ALIGN(fn, sums, 4);
+    pq2_q8_sink o;
+    PQ2_CHECK(pq2_q8_resolve(fn, "out", out, m, k, &o));
     pq2_device dev;
     PQ2_CHECK(pq2_device_get(fn, &dev));
-    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, k, q8, scales, sums, nullptr, nullptr, nullptr,
-                                  0, pq2_pdl_ok(), static_cast<cudaStream_t>(stream)));
+    PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, k, o.q8, o.scales, o.sums, o.bits, o.records,
+                                  nullptr, 0, pq2_pdl_ok(), static_cast<cudaStream_t>(stream)));
     return pq2_ok();
 }
 
@@ -223,39 +231,43 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     return pq2_ok();
 }
 
-extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const int8_t *q8,
-                                                 const float *scales, const int32_t *sums, void *y,
+extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const pq2_q8 *x, void *y,
                                                  int32_t y_dtype, int64_t m,
                                                  const pq2_matmul_config *cfg_in, void *workspace,
                                                  size_t workspace_bytes, void *stream)
 {
     static const char fn[] = "pq2_matmul_q8_cuda";
-    PQ2_CHECK_PTR(fn, q8);
-    PQ2_CHECK_PTR(fn, scales);
-    PQ2_CHECK_PTR(fn, sums);
     PQ2_CHECK_PTR(fn, y);
-    PQ2_CHECK_ALIGN(fn, q8, 16);
-    PQ2_CHECK_ALIGN(fn, scales, 4);
-    PQ2_CHECK_ALIGN(fn, sums, 4);
     PQ2_CHECK_ALIGN(fn, y, 16);
     matmul_call c;
     PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &c));
+    pq2_q8_sink in;
+    PQ2_CHECK(pq2_q8_resolve(fn, "x", x, m, c.v.k, &in));
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    // What the kernel reads beyond the caller's arrays is made here, in the workspace, by a kernel
-    // that also clears the counters: the bit-sliced q8 (m == 1) or the token-constant records
-    // (2 <= m <= 8). Both are programmatic dependent launches where the device has them, as in
-    // pq2_matmul_cuda: the matmul streams its first weights meanwhile.
     const bool pdl = pq2_pdl_ok();
-    if (c.bits) {
-        PQ2_CHECK(pq2_bitslice_launch(fn, q8, m, c.v.k, c.bits, c.counters, c.n_counters, pdl, s));
+    bool after_kernel = pdl;  // the matmul follows a kernel (the caller's producer, or one below)
+    if (in.bits || in.records) {
+        // The caller's operand has what the kernel reads besides q8, scales and sums.
+        c.bits = in.bits, c.records = in.records;
+        if (c.n_counters > 0) {
+            PQ2_CUDA_TRY(
+                fn, cudaMemsetAsync(c.counters, 0, (size_t)c.n_counters * sizeof(uint32_t), s));
+            after_kernel = false;
+        }
+    } else if (c.bits) {
+        // Made here, in the workspace, by a kernel that also clears the counters: the bit-sliced
+        // q8 (m == 1) or the token-constant records (2 <= m <= 8), as programmatic dependent
+        // launches where the device has them: the matmul streams its first weights meanwhile.
+        PQ2_CHECK(
+            pq2_bitslice_launch(fn, in.q8, m, c.v.k, c.bits, c.counters, c.n_counters, pdl, s));
     } else if (c.records) {
-        PQ2_CHECK(pq2_token_records_launch(fn, scales, sums, m, c.v.k, c.records, c.counters,
+        PQ2_CHECK(pq2_token_records_launch(fn, in.scales, in.sums, m, c.v.k, c.records, c.counters,
                                            c.n_counters, pdl, s));
     } else if (c.n_counters > 0) {
         PQ2_CUDA_TRY(fn,
                      cudaMemsetAsync(c.counters, 0, (size_t)c.n_counters * sizeof(uint32_t), s));
+        after_kernel = false;
     }
-    const bool after_kernel = pdl && (c.bits || c.records);  // the matmul follows a PDL launch
-    PQ2_CHECK(run_rowblock(fn, c, m, q8, scales, sums, y, y_dtype, after_kernel, s));
+    PQ2_CHECK(run_rowblock(fn, c, m, in.q8, in.scales, in.sums, y, y_dtype, after_kernel, s));
     return pq2_ok();
 }

@@ -16,3 +16,22 @@ __device__ __forceinline__ void pq2_store_from_f32(void *p, size_t i, int dtype,
     default: ((float *)p)[i] = v; break;
     }
 }
+
+// The four x values at p (element i of the lane's row), as floats.
+template <int DTYPE> __device__ __forceinline__ void pq2_load4(const void *p, float (&v)[4])
+{
+    if constexpr (DTYPE == PQ2_DTYPE_F32) {
+        float4 f = *static_cast<const float4 *>(p);
+        v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+    } else if constexpr (DTYPE == PQ2_DTYPE_F16) {
+        uint2 u = *static_cast<const uint2 *>(p);
+        float2 a = __half22float2(*reinterpret_cast<__half2 *>(&u.x));
+        float2 b = __half22float2(*reinterpret_cast<__half2 *>(&u.y));
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    } else {
+        uint2 u = *static_cast<const uint2 *>(p);
+        float2 a = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.x));
+        float2 b = __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&u.y));
+        v[0] = a.x, v[1] = a.y, v[2] = b.x, v[3] = b.y;
+    }
+}

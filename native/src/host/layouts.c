@@ -71,83 +71,19 @@ pq2_status pq2_view_of_weights(pq2_view *v, const char *fn, const char *what, co
     return PQ2_OK;
 }
 
-/* Byte offsets of block (row, g). RAW and PLANES keep the block's 32 code bytes contiguous;
- * TILES splits them into eight 4-byte pieces: qs[tq*8 + 4*hb .. +3] at lane L = 4*gid + tq,
- * lane byte 8*hb + 4*half, for sub-tile row 8*half + gid (pq2.h). This returns the offset of
- * the piece tq = 0, hb = 0. */
-static inline size_t tiles_code_offset(const pq2_view *v, int64_t row, int64_t g)
-{
-    int64_t t = row / v->tile_rows;
-    int64_t in_tile = row % v->tile_rows;
-    int64_t r = in_tile / PQ2_SUBTILE_ROWS;
-    int64_t in_sub = in_tile % PQ2_SUBTILE_ROWS;
-    int64_t gid = in_sub % 8;
-    int64_t half = in_sub / 8;
-    return (size_t)(((t * v->groups + g) * v->rt + r) * PQ2_SUBTILE_BYTES + gid * 4 * 16 +
-                    half * 4);
-}
-
-/* Piece (tq, hb) of a TILES block (4 bytes, qs[tq*8 + 4*hb ..]): one lane (16 bytes) per tq,
- * 8 bytes further for the second half of the lane's 8 code bytes. */
-#define PQ2_TILES_LANE_BYTES 16
-#define PQ2_TILES_PIECE(tq, hb) ((tq) * PQ2_TILES_LANE_BYTES + (hb) * 8)
-
-static inline size_t scale_offset(const pq2_view *v, int64_t row, int64_t g)
-{
-    switch (v->layout) {
-    case PQ2_LAYOUT_RAW: return (size_t)(row * v->groups + g) * PQ2_BLOCK_BYTES;
-    case PQ2_LAYOUT_PLANES: return v->scale_offset + (size_t)(row * v->groups + g) * 2;
-    default: {
-        /* pairs: the scales of sub-tile rows i and i+8 are adjacent, so the lane that holds
-         * rows gid and gid+8 of an MMA fragment reads both with one 4-byte load */
-        int64_t t = row / v->tile_rows;
-        int64_t in_tile = row % v->tile_rows;
-        int64_t r = in_tile / PQ2_SUBTILE_ROWS, in_sub = in_tile % PQ2_SUBTILE_ROWS;
-        int64_t idx =
-            ((t * v->groups + g) * v->rt + r) * PQ2_SUBTILE_ROWS + (in_sub % 8) * 2 + in_sub / 8;
-        return v->scale_offset + (size_t)idx * 2;
-    }
-    }
-}
-
+/* Blocks move as the 4-byte pieces qs[4i .. 4i+3], contiguous in every layout. */
 static inline void read_block(const pq2_view *v, int64_t row, int64_t g, pq2_block *out)
 {
-    const uint8_t *p;
-    switch (v->layout) {
-    case PQ2_LAYOUT_RAW:
-        memcpy(out, v->data + (size_t)(row * v->groups + g) * PQ2_BLOCK_BYTES, PQ2_BLOCK_BYTES);
-        return;
-    case PQ2_LAYOUT_PLANES:
-        memcpy(out->qs, v->data + (size_t)row * (size_t)(v->k / 4) + (size_t)g * 32, 32);
-        break;
-    default:
-        p = v->data + tiles_code_offset(v, row, g);
-        for (int tq = 0; tq < 4; tq++)
-            for (int hb = 0; hb < 2; hb++)
-                memcpy(out->qs + tq * 8 + hb * 4, p + PQ2_TILES_PIECE(tq, hb), 4);
-        break;
-    }
-    memcpy(&out->d, v->data + scale_offset(v, row, g), 2);
+    for (int i = 0; i < 8; i++)
+        memcpy(out->qs + 4 * i, v->data + pq2_code_offset(v, row, g, 4 * i), 4);
+    memcpy(&out->d, v->data + pq2_scale_offset(v, row, g), 2);
 }
 
 static inline void write_block(const pq2_view *v, int64_t row, int64_t g, const pq2_block *in)
 {
-    uint8_t *p;
-    switch (v->layout) {
-    case PQ2_LAYOUT_RAW:
-        memcpy(v->data + (size_t)(row * v->groups + g) * PQ2_BLOCK_BYTES, in, PQ2_BLOCK_BYTES);
-        return;
-    case PQ2_LAYOUT_PLANES:
-        memcpy(v->data + (size_t)row * (size_t)(v->k / 4) + (size_t)g * 32, in->qs, 32);
-        break;
-    default:
-        p = v->data + tiles_code_offset(v, row, g);
-        for (int tq = 0; tq < 4; tq++)
-            for (int hb = 0; hb < 2; hb++)
-                memcpy(p + PQ2_TILES_PIECE(tq, hb), in->qs + tq * 8 + hb * 4, 4);
-        break;
-    }
-    memcpy(v->data + scale_offset(v, row, g), &in->d, 2);
+    for (int i = 0; i < 8; i++)
+        memcpy(v->data + pq2_code_offset(v, row, g, 4 * i), in->qs + 4 * i, 4);
+    memcpy(v->data + pq2_scale_offset(v, row, g), &in->d, 2);
 }
 
 void pq2_view_read_block(const pq2_view *v, int64_t row, int64_t g, pq2_block *out)

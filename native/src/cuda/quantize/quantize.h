@@ -27,3 +27,24 @@ pq2_status pq2_bitslice_launch(const char *fn, const int8_t *q8, int64_t m, int6
 pq2_status pq2_token_records_launch(const char *fn, const float *scales, const int32_t *sums,
                                     int64_t m, int64_t k, int4 *records, uint32_t *zero,
                                     int32_t n_zero, bool pdl, cudaStream_t stream);
+
+// ---- the Q8 operand (pq2.h pq2_q8) ----
+
+// Bytes of the kernel operand of an m x k operand: the bit slices (m == 1), the token records
+// (2 <= m <= 8), nothing above.
+size_t pq2_q8_kernel_operand_size(int64_t m, int64_t k);
+
+// The pointers a writer of a Q8 operand fills (bits and records NULL where not given or not
+// read at this m).
+struct pq2_q8_sink {
+    int8_t *q8;
+    float *scales;
+    int32_t *sums;
+    uint32_t *bits;
+    int4 *records;
+};
+
+// Checks the operand *q of m x k (its pointers and their alignment; q8 may be NULL only at
+// m == 1 with a kernel operand) and resolves its parts. `name` names the argument in messages.
+pq2_status pq2_q8_resolve(const char *fn, const char *name, const pq2_q8 *q, int64_t m, int64_t k,
+                          pq2_q8_sink *sink);

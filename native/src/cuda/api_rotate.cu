@@ -1,0 +1,226 @@
+// api_rotate.cu - the CUDA entry points of the rest of the weight path (pq2.h): the rotation,
+// the fused producers of the Q8 operand, rows of a weight matrix and dequantisation. Each checks
+// its arguments, then fills one row transform (rotate/rotate.h) and launches it.
+#include "device.h"
+#include "launch.cuh"
+#include "quantize/quantize.h"
+#include "rotate/rotate.h"
+
+namespace {
+
+pq2_status check_dtype(const char *fn, const char *name, int32_t dtype)
+{
+    if (dtype != PQ2_DTYPE_F32 && dtype != PQ2_DTYPE_F16 && dtype != PQ2_DTYPE_BF16)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: %s=%d is not f32 (0), f16 (1) or bf16 (2)", fn, name, (int)dtype);
+    return PQ2_OK;
+}
+
+size_t dtype_bytes(int32_t dtype)
+{
+    return dtype == PQ2_DTYPE_F32 ? 4 : 2;
+}
+
+// m rows of `width` elements: m > 0, width a positive multiple of 128.
+pq2_status check_rows(const char *fn, int64_t m, int64_t width)
+{
+    if (m <= 0 || width <= 0 || width % 128 != 0)
+        return pq2_set_error(
+            PQ2_ERR_SHAPE, "%s: m=%lld width=%lld: need m > 0 and width a positive multiple of 128",
+            fn, (long long)m, (long long)width);
+    return PQ2_OK;
+}
+
+// The rotation of a width (NULL: none) into t.log2b and t.signs.
+pq2_status set_rotation(const char *fn, const pq2_rotation *rot, int64_t width,
+                        pq2_row_transform *t)
+{
+    t->log2b = 0, t->signs = nullptr;
+    if (rot == nullptr) return PQ2_OK;
+    const int32_t b = rot->block;
+    if (b < 64 || b > 4096 || (b & (b - 1)) != 0)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: rot->block=%d is not a power of two in 64..4096", fn, (int)b);
+    if (width % b != 0)
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: width=%lld is not a multiple of the rotation's block %d", fn,
+                             (long long)width, (int)b);
+    PQ2_CHECK_ALIGN(fn, rot->signs, 4);
+    while ((1 << t->log2b) < b) ++t->log2b;
+    t->signs = rot->signs;
+    return PQ2_OK;
+}
+
+// A producer's common part: sizes, rotation, the Q8 operand, device; the source is the caller's.
+pq2_status begin_producer(const char *fn, int32_t dtype, int64_t m, int64_t width,
+                          const pq2_rotation *rot, const pq2_q8 *out, pq2_row_transform *t)
+{
+    *t = pq2_row_transform{};
+    PQ2_CHECK(check_dtype(fn, "dtype", dtype));
+    PQ2_CHECK(check_rows(fn, m, width));
+    PQ2_CHECK(set_rotation(fn, rot, width, t));
+    pq2_q8_sink o;
+    PQ2_CHECK(pq2_q8_resolve(fn, "out", out, m, width, &o));
+    t->q8 = o.q8, t->scales = o.scales, t->sums = o.sums, t->bits = o.bits, t->records = o.records;
+    t->x_dtype = dtype, t->m = m, t->width = width, t->ld = width;
+    pq2_device dev;
+    return pq2_device_get(fn, &dev);
+}
+
+pq2_status launch(const char *fn, const pq2_row_transform &t, void *stream)
+{
+    PQ2_CHECK(pq2_row_transform_launch(fn, t, pq2_pdl_ok(), static_cast<cudaStream_t>(stream)));
+    return pq2_ok();
+}
+
+bool overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
+{
+    const uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    return a && b && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+}  // namespace
+
+extern "C" PQ2_API pq2_status pq2_rotate_cuda(const void *x, int32_t x_dtype, void *y,
+                                              int32_t y_dtype, int64_t m, int64_t width,
+                                              const pq2_rotation *rot, int32_t flags, void *stream)
+{
+    static const char fn[] = "pq2_rotate_cuda";
+    PQ2_CHECK_PTR(fn, x);
+    PQ2_CHECK_PTR(fn, y);
+    PQ2_CHECK_PTR(fn, rot);
+    PQ2_CHECK(check_dtype(fn, "x_dtype", x_dtype));
+    PQ2_CHECK(check_dtype(fn, "y_dtype", y_dtype));
+    PQ2_CHECK(check_rows(fn, m, width));
+    if (flags != 0 && flags != PQ2_ROTATE_INVERSE)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: flags=%d is not 0 or PQ2_ROTATE_INVERSE (1)", fn, (int)flags);
+    PQ2_CHECK_ALIGN(fn, x, 16);
+    PQ2_CHECK_ALIGN(fn, y, 16);
+    const size_t n = (size_t)m * (size_t)width;
+    if (!(x == y && x_dtype == y_dtype) &&
+        overlap(x, n * dtype_bytes(x_dtype), y, n * dtype_bytes(y_dtype)))
+        return pq2_set_error(
+            PQ2_ERR_INVALID_ARGUMENT,
+            "%s: x %p and y %p overlap; only y == x with the same dtype rotates in place", fn, x,
+            y);
+    pq2_row_transform t{};
+    PQ2_CHECK(set_rotation(fn, rot, width, &t));
+    t.source = PQ2_SOURCE_PLAIN, t.x = x, t.x_dtype = x_dtype, t.ld = width,
+    t.inverse = flags & PQ2_ROTATE_INVERSE;
+    t.y = y, t.y_dtype = y_dtype, t.m = m, t.width = width;
+    pq2_device dev;
+    PQ2_CHECK(pq2_device_get(fn, &dev));
+    return launch(fn, t, stream);
+}
+
+extern "C" PQ2_API pq2_status pq2_norm_rotate_q8_cuda(
+    const void *x, const void *residual, void *h_out, int32_t dtype, const void *norm_weight,
+    int32_t norm_dtype, float eps, int64_t m, int64_t width, const pq2_rotation *rot,
+    const pq2_q8 *out, void *normed, int32_t normed_dtype, void *stream)
+{
+    static const char fn[] = "pq2_norm_rotate_q8_cuda";
+    PQ2_CHECK_PTR(fn, x);
+    PQ2_CHECK_PTR(fn, norm_weight);
+    PQ2_CHECK(check_dtype(fn, "norm_dtype", norm_dtype));
+    if (normed) PQ2_CHECK(check_dtype(fn, "normed_dtype", normed_dtype));
+    if (!(eps >= 0.0f) || eps == __builtin_inff())
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: eps=%g must be finite and >= 0", fn,
+                             (double)eps);
+    pq2_row_transform t;
+    PQ2_CHECK(begin_producer(fn, dtype, m, width, rot, out, &t));
+    PQ2_CHECK_ALIGN(fn, x, 16);
+    PQ2_CHECK_ALIGN(fn, residual, 16);
+    PQ2_CHECK_ALIGN(fn, h_out, 16);
+    PQ2_CHECK_ALIGN(fn, norm_weight, 16);
+    PQ2_CHECK_ALIGN(fn, normed, 16);
+    const size_t bytes = (size_t)m * (size_t)width * dtype_bytes(dtype);
+    if (overlap(h_out, bytes, x, bytes) || overlap(h_out, bytes, residual, bytes))
+        return pq2_set_error(
+            PQ2_ERR_INVALID_ARGUMENT,
+            "%s: h_out %p overlaps x %p or residual %p (every block of a row reads x and the "
+            "residual whole)",
+            fn, h_out, x, residual);
+    t.source = PQ2_SOURCE_NORM, t.x = x, t.residual = residual, t.h_out = h_out;
+    t.norm_weight = norm_weight, t.norm_dtype = norm_dtype, t.eps = eps;
+    t.normed = normed, t.normed_dtype = normed_dtype;
+    return launch(fn, t, stream);
+}
+
+extern "C" PQ2_API pq2_status pq2_swiglu_rotate_q8_cuda(const void *gate, const void *up,
+                                                        int64_t ld, int32_t dtype, int64_t m,
+                                                        int64_t width, const pq2_rotation *rot,
+                                                        const pq2_q8 *out, void *stream)
+{
+    static const char fn[] = "pq2_swiglu_rotate_q8_cuda";
+    PQ2_CHECK_PTR(fn, gate);
+    PQ2_CHECK_PTR(fn, up);
+    pq2_row_transform t;
+    PQ2_CHECK(begin_producer(fn, dtype, m, width, rot, out, &t));
+    if (ld < width || ld % 8 != 0)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: ld=%lld must be >= width=%lld and a multiple of 8",
+                             fn, (long long)ld, (long long)width);
+    PQ2_CHECK_ALIGN(fn, gate, 16);
+    PQ2_CHECK_ALIGN(fn, up, 16);
+    t.source = PQ2_SOURCE_SWIGLU, t.x = gate, t.x2 = up, t.ld = ld;
+    return launch(fn, t, stream);
+}
+
+extern "C" PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, int64_t m,
+                                                 int64_t width, const pq2_rotation *rot,
+                                                 int32_t v_heads, int32_t k_heads,
+                                                 const pq2_q8 *out, void *stream)
+{
+    static const char fn[] = "pq2_rotate_q8_cuda";
+    PQ2_CHECK_PTR(fn, x);
+    pq2_row_transform t;
+    PQ2_CHECK(begin_producer(fn, dtype, m, width, rot, out, &t));
+    PQ2_CHECK_ALIGN(fn, x, 16);
+    if (v_heads < 0 || (v_heads > 0 && (k_heads <= 0 || v_heads % k_heads != 0 ||
+                                        width % v_heads != 0 || (width / v_heads) % 4 != 0)))
+        return pq2_set_error(
+            PQ2_ERR_SHAPE,
+            "%s: v_heads=%d k_heads=%d width=%lld: the permutation needs v_heads a multiple of "
+            "k_heads and width / v_heads a multiple of 4 (v_heads 0: none)",
+            fn, (int)v_heads, (int)k_heads, (long long)width);
+    t.source = PQ2_SOURCE_PERMUTE, t.x = x, t.nv = v_heads, t.nk = k_heads;
+    return launch(fn, t, stream);
+}
+
+extern "C" PQ2_API pq2_status pq2_get_rows_cuda(const pq2_weights *w, const int32_t *ids,
+                                                int64_t n_ids, void *out, int32_t out_dtype,
+                                                const pq2_rotation *rot, void *stream)
+{
+    static const char fn[] = "pq2_get_rows_cuda";
+    pq2_row_transform t{};
+    PQ2_CHECK(pq2_view_of_weights(&t.w, fn, "", w));
+    PQ2_CHECK_PTR(fn, ids);
+    PQ2_CHECK_PTR(fn, out);
+    PQ2_CHECK(check_dtype(fn, "out_dtype", out_dtype));
+    if (n_ids <= 0)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: n_ids=%lld must be > 0", fn, (long long)n_ids);
+    PQ2_CHECK_ALIGN(fn, ids, 4);
+    PQ2_CHECK_ALIGN(fn, out, 16);
+    PQ2_CHECK(set_rotation(fn, rot, t.w.k, &t));
+    t.source = PQ2_SOURCE_WEIGHTS, t.ids = ids, t.inverse = 1;
+    t.y = out, t.y_dtype = out_dtype, t.m = n_ids, t.width = t.w.k;
+    pq2_device dev;
+    PQ2_CHECK(pq2_device_get(fn, &dev));
+    return launch(fn, t, stream);
+}
+
+extern "C" PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *out,
+                                                  int32_t out_dtype, void *stream)
+{
+    static const char fn[] = "pq2_dequantize_cuda";
+    pq2_row_transform t{};
+    PQ2_CHECK(pq2_view_of_weights(&t.w, fn, "", w));
+    PQ2_CHECK_PTR(fn, out);
+    PQ2_CHECK(check_dtype(fn, "out_dtype", out_dtype));
+    PQ2_CHECK_ALIGN(fn, out, 16);
+    t.source = PQ2_SOURCE_WEIGHTS, t.ids = nullptr;
+    t.y = out, t.y_dtype = out_dtype, t.m = t.w.n, t.width = t.w.k;
+    pq2_device dev;
+    PQ2_CHECK(pq2_device_get(fn, &dev));
+    return launch(fn, t, stream);
+}

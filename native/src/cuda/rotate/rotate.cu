@@ -1,0 +1,214 @@
+// rotate.cu - the row transform kernel (rotate.h): one block per (row, tile of E elements), four
+// elements per thread, so that warp w of a block holds 128-group w of its tile and ends, for a
+// Q8 sink, exactly as the quantiser does (q8_group.cuh): the Q8 of the rotated values is
+// bit-identical to pq2_quantize_q8_cuda of the same values.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "dtypes.cuh"
+#include "launch.cuh"
+#include "ptx.cuh"
+#include "quantize/q8_group.cuh"
+#include "rotate/hadamard.cuh"
+#include "rotate/rotate.h"
+
+namespace {
+
+constexpr int kMaxThreads = 1024;  // E = 4096 elements
+
+// Four values of a buffer whose dtype is known only at run time.
+__device__ __forceinline__ void load4_any(const void *p, int32_t dtype, float (&v)[4])
+{
+    switch (dtype) {
+    case PQ2_DTYPE_F16: pq2_load4<PQ2_DTYPE_F16>(p, v); break;
+    case PQ2_DTYPE_BF16: pq2_load4<PQ2_DTYPE_BF16>(p, v); break;
+    default: pq2_load4<PQ2_DTYPE_F32>(p, v); break;
+    }
+}
+
+__device__ __forceinline__ const void *elem(const void *base, int32_t dtype, int64_t i)
+{
+    return static_cast<const char *>(base) + i * (dtype == PQ2_DTYPE_F32 ? 4 : 2);
+}
+
+__device__ __forceinline__ void store4(void *base, int32_t dtype, int64_t i, const float (&v)[4])
+{
+#pragma unroll
+    for (int j = 0; j < 4; ++j) pq2_store_from_f32(base, (size_t)(i + j), dtype, v[j]);
+}
+
+// The sum of every thread's v over the block, the same in every thread: a fixed order (warp
+// shuffles, then the warps' sums in warp order), so every block of a row gets the same bits.
+__device__ __forceinline__ float block_sum(float v, float *red)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int w = 0; w < (int)(blockDim.x >> 5); ++w) s += red[w];
+    return s;
+}
+
+// Element e..e+3 of row `row` of the source, as floats.
+template <int SOURCE, int XD>
+__device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t row, int64_t e,
+                                            float (&v)[4], float *red)
+{
+    const int64_t base = row * p.ld;
+    if constexpr (SOURCE == PQ2_SOURCE_PLAIN) {
+        pq2_load4<XD>(elem(p.x, XD, base + e), v);
+    } else if constexpr (SOURCE == PQ2_SOURCE_PERMUTE) {
+        int64_t i =
+            e;  // output e of the grouped order [hd, rep, nk] reads input i of [hd, nk, rep]
+        if (p.nv > 0) {
+            const int64_t hd = p.width / p.nv, rep = p.nv / p.nk;
+            const int64_t d = e % hd, head = e / hd, r = head % rep, k = head / rep;
+            i = d + hd * (k + p.nk * r);
+        }
+        pq2_load4<XD>(elem(p.x, XD, base + i), v);
+    } else if constexpr (SOURCE == PQ2_SOURCE_SWIGLU) {
+        float g[4], u[4];
+        pq2_load4<XD>(elem(p.x, XD, base + e), g);
+        pq2_load4<XD>(elem(p.x2, XD, base + e), u);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = g[j] / (1.0f + expf(-g[j])) * u[j];
+    } else if constexpr (SOURCE == PQ2_SOURCE_NORM) {
+        // Every block of the row sums the squares of the whole row h = x (+ residual): the row
+        // is read from L2 once per tile, and no block waits for another (which is why h goes to
+        // a buffer of its own: x and the residual are read whole by every block).
+        float ss = 0.0f;
+        for (int64_t i = 4 * threadIdx.x; i < p.width; i += 4 * (int64_t)blockDim.x) {
+            float h[4];
+            pq2_load4<XD>(elem(p.x, XD, base + i), h);
+            if (p.residual) {
+                float r[4];
+                pq2_load4<XD>(elem(p.residual, XD, row * p.width + i), r);
+#pragma unroll
+                for (int j = 0; j < 4; ++j) h[j] += r[j];
+            }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) ss = fmaf(h[j], h[j], ss);
+        }
+        const float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)p.width + p.eps);
+        pq2_load4<XD>(elem(p.x, XD, base + e), v);
+        if (p.residual) {
+            float r[4];
+            pq2_load4<XD>(elem(p.residual, XD, row * p.width + e), r);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[j] += r[j];
+        }
+        // h to its own buffer: the other blocks of the row read x and the residual whole.
+        if (p.h_out) store4(p.h_out, XD, row * p.width + e, v);
+        float w[4];
+        load4_any(elem(p.norm_weight, p.norm_dtype, e), p.norm_dtype, w);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = v[j] * scale * w[j];
+        if (p.normed) store4(p.normed, p.normed_dtype, row * p.width + e, v);
+    } else {  // PQ2_SOURCE_WEIGHTS: row ids[row] (or row) of the matrix; an id out of range gives
+              // NaN
+        const int64_t id = p.ids ? (int64_t)p.ids[row] : row;
+        if (id < 0 || id >= p.w.n) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) v[j] = __int_as_float(0x7fc00000);
+            return;
+        }
+        const int64_t g = e >> 7;
+        const uint8_t code = p.w.data[pq2_code_offset(&p.w, id, g, (int)((e & 127) >> 2))];
+        const uint16_t dbits =
+            *reinterpret_cast<const uint16_t *>(p.w.data + pq2_scale_offset(&p.w, id, g));
+        const float d = __half2float(__ushort_as_half(dbits));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = (float)((int)((code >> (2 * j)) & 3u) - 1) * d;
+    }
+}
+
+template <int SOURCE, int XD, bool Q8>
+__global__ void __launch_bounds__(kMaxThreads)
+    row_transform_kernel(const pq2_row_transform p, int32_t tiles, float rsqrt_b)
+{
+    extern __shared__ __align__(16) float smem[];  // E floats: the cross-warp Hadamard stages
+    __shared__ float red[kMaxThreads / 32];
+    const int64_t row = blockIdx.x / tiles;
+    const int64_t tile = blockIdx.x - row * tiles;
+    const int64_t e =
+        tile * (4 * (int64_t)blockDim.x) + 4 * threadIdx.x;  // this thread's first element
+    // Programmatic dependent launch: a matmul launched after this grid may start streaming its
+    // weights now; this grid reads its inputs only after the kernel before it has finished.
+    pq2_pdl_handoff();
+    float v[4];
+    load_source<SOURCE, XD>(p, row, e, v, red);
+    if (p.signs && !p.inverse) {
+        const char4 s = *reinterpret_cast<const char4 *>(p.signs + e);
+        v[0] *= s.x, v[1] *= s.y, v[2] *= s.z, v[3] *= s.w;
+    }
+    if (p.log2b > 0) {
+        hadamard_block(v, p.log2b, smem);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] *= rsqrt_b;
+    }
+    if (p.signs && p.inverse) {
+        const char4 s = *reinterpret_cast<const char4 *>(p.signs + e);
+        v[0] *= s.x, v[1] *= s.y, v[2] *= s.z, v[3] *= s.w;
+    }
+    if constexpr (Q8) {
+        const int64_t g = e >> 7, task = row * (p.width >> 7) + g;
+        q8_store_group(v, threadIdx.x & 31, row, g, task, p.m, p.width, p.q8, p.scales, p.sums,
+                       p.bits, p.records);
+    } else {
+        store4(p.y, p.y_dtype, row * p.width + e, v);
+    }
+}
+
+using transform_fn = void (*)(const pq2_row_transform, int32_t, float);
+
+template <int SOURCE, bool Q8> transform_fn kernel_for(int32_t x_dtype)
+{
+    switch (x_dtype) {
+    case PQ2_DTYPE_F16: return row_transform_kernel<SOURCE, PQ2_DTYPE_F16, Q8>;
+    case PQ2_DTYPE_BF16: return row_transform_kernel<SOURCE, PQ2_DTYPE_BF16, Q8>;
+    default: return row_transform_kernel<SOURCE, PQ2_DTYPE_F32, Q8>;
+    }
+}
+
+// The compiled transforms: rotate (dense in, dense out), the three producers of the Q8 operand,
+// and the rows of a PQ2_0 matrix (dense out).
+transform_fn find_kernel(int32_t source, bool q8, int32_t x_dtype)
+{
+    if (!q8 && source == PQ2_SOURCE_PLAIN) return kernel_for<PQ2_SOURCE_PLAIN, false>(x_dtype);
+    if (!q8 && source == PQ2_SOURCE_WEIGHTS)
+        return row_transform_kernel<PQ2_SOURCE_WEIGHTS, PQ2_DTYPE_F32, false>;
+    if (q8 && source == PQ2_SOURCE_NORM) return kernel_for<PQ2_SOURCE_NORM, true>(x_dtype);
+    if (q8 && source == PQ2_SOURCE_SWIGLU) return kernel_for<PQ2_SOURCE_SWIGLU, true>(x_dtype);
+    if (q8 && source == PQ2_SOURCE_PERMUTE) return kernel_for<PQ2_SOURCE_PERMUTE, true>(x_dtype);
+    return nullptr;
+}
+
+}  // namespace
+
+int64_t pq2_row_tile(int64_t width, int32_t log2b)
+{
+    const int64_t b = (int64_t)1 << log2b, unit = b > 128 ? b : 128, cap = b > 1024 ? b : 1024;
+    int64_t e = unit;
+    while (e * 2 <= cap && width % (e * 2) == 0) e *= 2;
+    return e;
+}
+
+pq2_status pq2_row_transform_launch(const char *fn, const pq2_row_transform &t, bool pdl,
+                                    cudaStream_t stream)
+{
+    const transform_fn kernel =
+        find_kernel(t.source, t.y == nullptr, t.x_dtype);  // no y: a Q8 sink
+    if (!kernel)
+        return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: no row transform for source %d", fn,
+                             (int)t.source);
+    const int64_t e = pq2_row_tile(t.width, t.log2b), tiles = t.width / e;
+    if (t.m * tiles > INT32_MAX)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld width=%lld: too many blocks for one grid",
+                             fn, (long long)t.m, (long long)t.width);
+    const float rsqrt_b = (float)(1.0 / sqrt((double)((int64_t)1 << t.log2b)));
+    pq2_launch l((unsigned)(t.m * tiles), (unsigned)(e / 4), (size_t)e * sizeof(float), stream,
+                 pdl);
+    PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, kernel, t, (int32_t)tiles, rsqrt_b));
+    return pq2_launch_status(fn);
+}
