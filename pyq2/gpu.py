@@ -40,24 +40,59 @@ def _stream_ptr(stream):
     return _native.load()[0].cast("void *", s.cuda_stream)
 
 
-CONFIG_FIELDS = ("family", "row_subtiles", "warps", "unroll", "stages", "blocks", "splits")
-FAMILY_ROWBLOCK = 1  # PQ2_FAMILY_ROWBLOCK (pq2.h)
+CONFIG_FIELDS = (
+    "family",
+    "row_subtiles",
+    "tokens",
+    "warps",
+    "unroll",
+    "stages",
+    "blocks",
+    "splits",
+)
+FAMILY_ROWBLOCK, FAMILY_GEMM = 1, 2  # PQ2_FAMILY_ROWBLOCK, PQ2_FAMILY_GEMM (pq2.h)
+
+
+def _config(**fields):
+    ffi, _ = _native.load()
+    c = ffi.new("pq2_matmul_config *")
+    for name, value in fields.items():
+        setattr(c, name, value)
+    return c
 
 
 def matmul_config(
     row_subtiles: int, warps: int, unroll: int, stages: int, blocks: int = 0, splits: int = 0
 ):
-    """A pq2_matmul_config (cffi struct) for explicit launches (tuning, tests): the row-block
-    family with row blocks of `row_subtiles` 16-row sub-tiles, `warps` warps per block, `unroll`
-    groups per batch, `stages` (1-2 register batches, 3-8 a shared-memory ring), a persistent grid
-    of `blocks` per SM (> 0) or `splits` blocks per row block (> 1); see pq2.h.
+    """A row-block pq2_matmul_config (cffi struct) for explicit launches (tuning, tests): row
+    blocks of `row_subtiles` 16-row sub-tiles, `warps` warps per block, `unroll` groups per batch,
+    `stages` (1-2 register batches, 3-8 a shared-memory ring), a persistent grid of `blocks` per
+    SM (> 0) or `splits` blocks per row block (> 1); see pq2.h.
     """
-    ffi, _ = _native.load()
-    c = ffi.new("pq2_matmul_config *")
-    c.family = FAMILY_ROWBLOCK
-    c.row_subtiles, c.warps, c.unroll, c.stages = row_subtiles, warps, unroll, stages
-    c.blocks, c.splits = blocks, splits
-    return c
+    return _config(
+        family=FAMILY_ROWBLOCK,
+        row_subtiles=row_subtiles,
+        warps=warps,
+        unroll=unroll,
+        stages=stages,
+        blocks=blocks,
+        splits=splits,
+    )
+
+
+def gemm_config(tokens: int, stages: int = 4, splits: int = 0):
+    """A GEMM-family pq2_matmul_config: blocks of 128 weight rows x `tokens` (32, 64, 128),
+    a cp.async pipeline of `stages` (2..4), the 128-groups split over `splits` blocks (2..16)."""
+    return _config(
+        family=FAMILY_GEMM,
+        row_subtiles=8,
+        tokens=tokens,
+        warps=8,
+        unroll=1,
+        stages=stages,
+        blocks=0,
+        splits=splits,
+    )
 
 
 @dataclass

@@ -24,7 +24,7 @@ if not torch.cuda.is_available():
 
 from pyq2 import _native, host, reference  # noqa: E402
 from pyq2.errors import Pq2Error  # noqa: E402
-from pyq2.gpu import PQ2Weights, matmul_config, quantize_q8  # noqa: E402
+from pyq2.gpu import PQ2Weights, gemm_config, matmul_config, quantize_q8  # noqa: E402
 
 _ffi, _lib = _native.load()
 if not _lib.pq2_built_with_cuda():
@@ -616,6 +616,72 @@ def test_cuda_graph_capture_and_replay():
         assert rel_rms(y, q8_reference(codes, scales, q8, xs, sums)) <= Y_TOL[torch.bfloat16]
 
 
+# ---- the GEMM family (m > 16) -----------------------------------------------------------------
+
+GEMM_M = [17, 31, 32, 33, 64, 100, 128, 511, 512, 2048, 4099]
+
+
+@pytest.mark.parametrize("rt", [1, 2, 4])
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 128), (17, 384), (100, 5248), (1000, 640), (4111, 1024)],
+    ids=["n1_k128", "n17_k384", "n100_k5248", "n1000_k640", "n4111_k1024"],
+)
+def test_gemm_every_m(shape, rt):
+    """The dispatcher's GEMM configurations (tokens 32, 64, 128; splits chosen from the grid)
+    at every boundary of m, rows and groups off the tile sizes, against the reference."""
+    for m in GEMM_M:
+        if m >= 2048 and shape[0] > 1000:
+            continue  # the float64 reference of n x m x k/128 would need GBs
+        check_matmul(shape, m, dtype_for(m), "tiles", rt, content="random", seed=m)
+
+
+@pytest.mark.parametrize("name", list(MODEL_SHAPES))
+def test_gemm_model_shapes(name):
+    for m in (17, 64):
+        check_matmul(MODEL_SHAPES[name], m, dtype_for(m), "tiles", 2, seed=m)
+
+
+def test_gemm_explicit_configs_and_determinism():
+    """Every compiled GEMM kernel (tokens x stages), with and without split groups (16 splits of
+    41 groups: splits of 2 and 3), on a poisoned workspace, twice: bit-identical; the q8 entry
+    point gives the same bits."""
+    shape, m = (1000, 5248), 100
+    codes, scales, w = weights(shape, "random", "tiles", 2)
+    x = activations(m, shape[1], "normal", torch.float32, 7)
+    xq = quantize_q8(x)
+    ref = q8_reference(codes, scales, *xq)
+    for tokens in (32, 64, 128):
+        for stages in (2, 3, 4):
+            for splits in (0, 3, 16):
+                cfg = gemm_config(tokens, stages, splits)
+                work = w.workspace(m, cfg)
+                ys = []
+                for _ in range(2):
+                    work.fill_(0xAB)
+                    y = torch.full((m, shape[0]), float("nan"), device="cuda")
+                    ys.append(w.matmul(x, out=y, workspace=work, cfg=cfg))
+                work.fill_(0xAB)
+                yq = w.matmul_q8(xq, torch.full_like(ys[0], float("nan")), work, cfg)
+                torch.cuda.synchronize()
+                what = f"tokens={tokens} stages={stages} splits={splits}"
+                assert rel_rms(ys[0], ref) <= Y_TOL[torch.float32], what
+                assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], yq), what
+
+
+def test_gemm_bad_configs():
+    codes, scales, w = weights((1000, 640), "random", "tiles", 2)
+    x = activations(40, 640, "normal", torch.float32, 0)
+    for cfg, words in (
+        (gemm_config(48), "tokens=48"),
+        (gemm_config(64, 5), "stages=5"),
+        (gemm_config(64, 4, 17), "splits=17"),
+    ):
+        with pytest.raises(Pq2Error) as e:
+            w.matmul(x, cfg=cfg)
+        assert e.value.status_name == "PQ2_ERR_INVALID_ARGUMENT" and words in e.value.message
+
+
 # ---- errors ---------------------------------------------------------------------------------
 
 
@@ -628,10 +694,15 @@ def test_bad_arguments_return_status():
             fn()
         return e.value
 
-    assert (
-        status_of(lambda: w.matmul(activations(17, 640, "normal", torch.float32, 0))).status_name
-        == "PQ2_ERR_SHAPE"
+    pl = weights((1000, 640), "random", "planes", 0)[2]
+    e = status_of(lambda: pl.matmul(activations(17, 640, "normal", torch.float32, 0)))
+    assert e.status_name == "PQ2_ERR_UNSUPPORTED" and "tiles" in e.message  # no GEMM on planes
+    e = status_of(
+        lambda: w.matmul(
+            activations(17, 640, "normal", torch.float32, 0), cfg=matmul_config(2, 8, 1, 1)
+        )
     )
+    assert e.status_name == "PQ2_ERR_SHAPE" and "m=17" in e.message  # the row-block family: m <= 16
     bad_k = PQ2Weights(w.data, 1000, 600, "tiles", 2)
     e = status_of(lambda: bad_k.workspace_size(1))
     assert e.status_name == "PQ2_ERR_SHAPE" and "600" in e.message
@@ -643,7 +714,6 @@ def test_bad_arguments_return_status():
     assert e.status_name == "PQ2_ERR_ALIGNMENT" and "x" in e.message
     ws = torch.empty(16, dtype=torch.uint8, device="cuda")
     assert status_of(lambda: w.matmul(x, workspace=ws)).status_name == "PQ2_ERR_WORKSPACE"
-    pl = weights((1000, 640), "random", "planes", 0)[2]
     big = weights((1000, 2560), "random", "tiles", 2)[2]
     xb = activations(2, 2560, "normal", torch.float32, 0)
     cases = [  # (weights, x, config, status, words of the message)

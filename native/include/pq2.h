@@ -55,8 +55,7 @@ extern "C" {
 #define TQ2_BLOCK_WEIGHTS 256
 #define TQ2_BLOCK_BYTES 66
 
-/* Largest m (rows of x) the row-block kernel family serves; the matmul entry points take m in
- * 1..PQ2_ROWBLOCK_MAX_M. */
+/* Largest m (rows of x) the row-block kernel family serves; above it the GEMM family does. */
 #define PQ2_ROWBLOCK_MAX_M 16
 
 typedef enum pq2_status {
@@ -169,31 +168,43 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
 /* Launch configuration of a matmul. Hosts normally pass NULL and get the dispatcher's choice
  * (a table tuned per shape and m, with a fallback for other shapes); the tuner and tests pass
  * explicit values. A configuration the build has no kernel for, or that does not fit the device,
- * is refused with PQ2_ERR_UNSUPPORTED naming the values.
+ * is refused with PQ2_ERR_UNSUPPORTED naming the values. The fields per family:
  *
- * family PQ2_FAMILY_ROWBLOCK (m <= PQ2_ROWBLOCK_MAX_M; planes and tiles): one block per row block
- * of row_subtiles 16-row sub-tiles, its warps splitting the 128-groups and summing in shared
- * memory in a fixed order (ARCHITECTURE.md). Fields:
- *   row_subtiles  16-row sub-tiles per row block: 1, 2 or 4. TILES: any of them whatever the
- *                 file's tile height rt (above rt, "coarse rows": a block takes several tile rows;
- *                 below, "fine rows": part of one), except with stages >= 3 (= rt)
- *   warps         warps per block, 1..16
- *   unroll        128-groups per register batch or ring slot: 1, 2 or 4
- *   stages        1: load a register batch, then compute it; 2: two register batches, the next
- *                 loading during the compute; 3..8 (sm_90, TILES): a per-warp shared-memory ring
- *                 of that many slots filled by bulk copies
- *   blocks        0: one block per row block; 1..32 (TILES, stages 1-2): a persistent grid of at
- *                 most that many blocks per multiprocessor, each looping over row blocks
- *   splits        0 or 1: one block per row block; 2..16 (stages 1-2, blocks 0): each row
- *                 block's groups split over that many blocks, the last to finish adding the
- *                 partial sums in split order (deterministic; needs workspace)
- * At m > 8 a block also holds its groups' activation scales and sums in shared memory, 128
- * bytes per 128-group (of k/128, or of a split's share): the default configuration fits up to
- * k of about 200000 on sm_90. */
+ *  field         PQ2_FAMILY_ROWBLOCK (m <= 16; planes, tiles)    PQ2_FAMILY_GEMM (any m; tiles)
+ *  row_subtiles  16-row sub-tiles per row block: 1, 2, 4 (*)    8 (128 weight rows per block)
+ *  tokens        0                                               tokens per block: 32, 64, 128
+ *  warps         warps per block, 1..16                          8
+ *  unroll        128-groups per register batch or ring slot:     1
+ *                1, 2 or 4
+ *  stages        1: load a register batch, then compute it;      depth of the shared-memory
+ *                2: two batches, the next loading during the     pipeline (cp.async): 2..4
+ *                compute; 3..8 (sm_90, TILES): a per-warp ring
+ *                of that many slots filled by bulk copies
+ *  blocks        0: one block per row block; 1..32 (TILES,       0
+ *                stages 1-2): a persistent grid of at most
+ *                that many blocks per multiprocessor
+ *  splits        0 or 1: none; 2..16 (stages 1-2, blocks 0):     0 or 1: none; 2..16: the
+ *                a row block's groups split over that many       128-groups split over that
+ *                blocks, the last to finish adding the           many blocks, added the same
+ *                partials in split order (deterministic;         way
+ *                needs workspace)
+ * (*) TILES: any whatever the file's tile height rt (above rt "coarse rows": a block takes
+ * several tile rows; below, "fine rows": part of one), except with stages >= 3 (= rt).
+ * ROWBLOCK at m > 8 also holds a block's activation scales and sums in shared memory, 128 bytes
+ * per 128-group (of k/128, or of a split's share): the default configuration fits up to k of
+ * about 200000 on sm_90.
+ *
+ * ROWBLOCK: one block per row block, its warps splitting the 128-groups and loading the codes
+ * straight into registers (decode batches: the weights dominate). GEMM: blocks of 128 weight
+ * rows x `tokens` tokens, the codes and the activations staged in shared memory and multiplied
+ * on the int8 tensor cores, the partial products promoted to fp32 with both scales per group
+ * (prefill: the arithmetic dominates). ARCHITECTURE.md says why each is built so. */
 #define PQ2_FAMILY_ROWBLOCK 1
+#define PQ2_FAMILY_GEMM 2
 typedef struct pq2_matmul_config {
-    int32_t family; /* PQ2_FAMILY_ROWBLOCK */
+    int32_t family; /* PQ2_FAMILY_ROWBLOCK or PQ2_FAMILY_GEMM */
     int32_t row_subtiles;
+    int32_t tokens;
     int32_t warps;
     int32_t unroll;
     int32_t stages;

@@ -65,8 +65,10 @@ def q8_bytes(m, width):
     return m * width + m * width // 128 * 8 + extra
 
 
-def time_op(fn, replays=30):
-    return graph_time_us([fn], replays=replays, warmup_ms=WARMUP_MS)[0]
+def time_op(fn, replays=30, calls=20):
+    """Microseconds per call of `calls` dependent calls in one graph (a single call would time the
+    graph's launch)."""
+    return graph_time_us([fn] * calls, replays=replays, warmup_ms=WARMUP_MS)[0]
 
 
 def ops_at(m, emb):

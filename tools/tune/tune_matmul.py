@@ -34,14 +34,25 @@ M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 SEARCH_CHOICES = ("rowblock", "persistent", "splits", "coarse")  # what --search can name
 # A configuration as a tuple in pq2_matmul_config's field order (pq2.h); the table's columns
 # after (layout, m_max, n, k, layout_rt).
-CONFIG_FIELDS = ("family", "row_subtiles", "warps", "unroll", "stages", "blocks", "splits")
+CONFIG_FIELDS = (
+    "family",
+    "row_subtiles",
+    "tokens",
+    "warps",
+    "unroll",
+    "stages",
+    "blocks",
+    "splits",
+)
 ROWBLOCK = 1  # PQ2_FAMILY_ROWBLOCK
+FAMILY_NAMES = {1: "ROWBLOCK", 2: "GEMM"}
 # Within this fraction of the fastest, the lighter configuration wins (footprint()).
 TIE = 0.02
 
 
 def cfg(row_subtiles, warps, unroll, stages, blocks=0, splits=0):
-    return (ROWBLOCK, row_subtiles, warps, unroll, stages, blocks, splits)
+    """A row-block configuration as a CONFIG_FIELDS tuple."""
+    return (ROWBLOCK, row_subtiles, 0, warps, unroll, stages, blocks, splits)
 
 
 def persistent_blocks(w):
@@ -86,7 +97,7 @@ def footprint(c):
     memory per block keeps the next call's blocks from starting early in a chain of calls (one
     such table entry cost the M = 1 pass 0.26 ms while timing within 1% of the register kernel
     on its own)."""
-    _, _, _, _, stages, _, splits = c
+    stages, splits = c[CONFIG_FIELDS.index("stages")], c[CONFIG_FIELDS.index("splits")]
     return (stages >= 3, splits > 1)
 
 
@@ -113,7 +124,9 @@ def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
                 cands = []
                 for c in search_space(layout, layout_rt, m, parts, warps):
                     try:
-                        us = time_pq2(ws, m, matmul_config(*c[1:]), replays=replays)
+                        cf = dict(zip(CONFIG_FIELDS, c, strict=True))
+                        del cf["family"], cf["tokens"]
+                        us = time_pq2(ws, m, matmul_config(**cf), replays=replays)
                     except Pq2Error as e:
                         if e.status_name != "PQ2_ERR_UNSUPPORTED":
                             raise
@@ -151,9 +164,9 @@ def table_key(line):
 
 def entry_line(layout, m, n, k, layout_rt, c, us):
     family, *rest = c
-    if family != ROWBLOCK:
-        raise ValueError(f"unknown family {family}")
-    args = ", ".join(str(v) for v in (layout.upper(), m, n, k, layout_rt, "ROWBLOCK", *rest))
+    args = ", ".join(
+        str(v) for v in (layout.upper(), m, n, k, layout_rt, FAMILY_NAMES[family], *rest)
+    )
     return f"PQ2_TUNED({args})  // {us:.1f} us"
 
 

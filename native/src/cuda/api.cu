@@ -1,7 +1,9 @@
-// api.cu - every CUDA entry point of pq2.h: argument checks, the choice of configuration,
-// workspace carving, and the launches (quantize/, rowblock/). The dispatcher's table is select.cu.
+// api.cu - the CUDA entry points of the matmul and the quantiser (pq2.h): argument checks, the
+// choice of configuration, workspace carving, and the launches (quantize/, rowblock/, gemm/). The
+// dispatcher's table is select.cu; the rest of the weight path is api_rotate.cu.
 #include "codes.cuh"
 #include "device.h"
+#include "gemm/gemm.h"
 #include "launch.cuh"
 #include "quantize/quantize.h"
 #include "rowblock/rowblock.h"
@@ -27,6 +29,22 @@ size_t align256(size_t x)
     return (x + 255) & ~(size_t)255;
 }
 
+bool is_gemm(const pq2_matmul_config &cfg)
+{
+    return cfg.family == PQ2_FAMILY_GEMM;
+}
+
+// The operands the row-block kernels read besides the Q8 (codes.cuh): bit slices at m == 1,
+// token-constant records at 2 <= m <= 8.
+bool needs_bits(const pq2_matmul_config &cfg, int64_t m)
+{
+    return !is_gemm(cfg) && pq2_rowblock_needs_bits(m);
+}
+bool needs_records(const pq2_matmul_config &cfg, int64_t m)
+{
+    return !is_gemm(cfg) && pq2_rowblock_needs_records(m);
+}
+
 workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_matmul_config &cfg,
                               int64_t blocks)
 {
@@ -35,15 +53,17 @@ workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_matmul_con
     w.q8 = off, off = align256(off + (size_t)m * v.k);
     w.xs = off, off = align256(off + (size_t)m * v.groups * sizeof(float));
     w.sums = off, off = align256(off + (size_t)m * v.groups * sizeof(int32_t));
-    const size_t bits =
-        pq2_rowblock_needs_bits(m) ? (size_t)m * v.groups * PQ2_BITS_GROUP_WORDS : 0;
+    const size_t bits = needs_bits(cfg, m) ? (size_t)m * v.groups * PQ2_BITS_GROUP_WORDS : 0;
     w.bits = off, off = align256(off + bits * sizeof(uint32_t));
     const size_t records =
-        pq2_rowblock_needs_records(m) ? (size_t)v.groups * PQ2_TC_PAIRS * sizeof(int4) : 0;
+        needs_records(cfg, m) ? (size_t)v.groups * PQ2_TC_PAIRS * sizeof(int4) : 0;
     w.records = off, off = align256(off + records);
-    w.counters = off, off = align256(off + pq2_rowblock_counters(cfg, v.n) * sizeof(uint32_t));
-    w.partial = off,
-    off = align256(off + pq2_rowblock_partial_floats(cfg, m, blocks) * sizeof(float));
+    const size_t counters =
+        is_gemm(cfg) ? pq2_gemm_counters(cfg, v.n, m) : pq2_rowblock_counters(cfg, v.n);
+    w.counters = off, off = align256(off + counters * sizeof(uint32_t));
+    const size_t partial = is_gemm(cfg) ? pq2_gemm_partial_floats(cfg, v.n, m)
+                                        : pq2_rowblock_partial_floats(cfg, m, blocks);
+    w.partial = off, off = align256(off + partial * sizeof(float));
     w.total = off;
     return w;
 }
@@ -61,18 +81,33 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
             "%s: weights in layout %s; the GPU kernels read planes or tiles (convert once with "
             "pq2_convert_layout / pyq2 repack)",
             fn, pq2_layout_name(v->layout));
-    if (m < 1 || m > PQ2_ROWBLOCK_MAX_M)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld; the matmul serves m in 1..%d", fn,
-                             (long long)m, PQ2_ROWBLOCK_MAX_M);
+    if (m < 1 || m > INT32_MAX)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld must be in 1..%d", fn, (long long)m,
+                             INT32_MAX);
     PQ2_CHECK(check_dtype(fn, "y_dtype", y_dtype));
     PQ2_CHECK_ALIGN(fn, w->data, 16);
     pq2_device dev;
     PQ2_CHECK(pq2_device_get(fn, &dev));
-    *cfg = cfg_in ? *cfg_in : pq2_select_config(*v, m);
+    *cfg = cfg_in ? *cfg_in : pq2_select_config(*v, m, dev.sms);
+    if (!cfg_in && cfg->family == 0)
+        return pq2_set_error(
+            PQ2_ERR_UNSUPPORTED,
+            "%s: m=%lld on the %s layout: above m = %d the matmul (GEMM family) reads the "
+            "tiles layout; repack the weights to tiles",
+            fn, (long long)m, pq2_layout_name(v->layout), PQ2_ROWBLOCK_MAX_M);
+    if (is_gemm(*cfg)) {
+        PQ2_CHECK(pq2_gemm_check_config(fn, *cfg, v->layout, dev.cc, dev.max_smem));
+        *blocks = pq2_gemm_grid(*cfg, v->n, m);
+        return PQ2_OK;
+    }
     if (cfg->family != PQ2_FAMILY_ROWBLOCK)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: config family=%d is not PQ2_FAMILY_ROWBLOCK (1)", fn,
-                             (int)cfg->family);
+        return pq2_set_error(
+            PQ2_ERR_INVALID_ARGUMENT,
+            "%s: config family=%d is not PQ2_FAMILY_ROWBLOCK (1) or PQ2_FAMILY_GEMM (2)", fn,
+            (int)cfg->family);
+    if (m > PQ2_ROWBLOCK_MAX_M)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld: the row-block family serves m in 1..%d",
+                             fn, (long long)m, PQ2_ROWBLOCK_MAX_M);
     PQ2_CHECK(pq2_rowblock_check_config(fn, *cfg, v->layout, v->rt, m, v->k, dev.cc, dev.max_smem));
     *blocks = pq2_rowblock_grid(*cfg, v->n, dev.sms);
     return PQ2_OK;
@@ -97,11 +132,10 @@ struct matmul_call {
     int64_t blocks;
     workspace_plan plan;
     uint8_t *ws;
-    uint32_t *bits;  // the bit-sliced q8 when the kernel reads it (m == 1), else NULL
-    int4
-        *records;  // the token-constant records when the kernel reads them (2 <= m <= 8), else NULL
-    uint32_t *counters;
-    int32_t n_counters;  // arrival counters of split row blocks, cleared before the kernel
+    uint32_t *bits;      // the bit-sliced q8 when the kernel reads it, else NULL
+    int4 *records;       // the token-constant records when the kernel reads them, else NULL
+    uint32_t *counters;  // arrival counters of split configurations, cleared before the kernel
+    int32_t n_counters;
 };
 
 pq2_status begin_matmul(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dtype,
@@ -112,19 +146,30 @@ pq2_status begin_matmul(const char *fn, const pq2_weights *w, int64_t m, int32_t
     c->plan = plan_workspace(c->v, m, c->cfg, c->blocks);
     PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, c->plan.total));
     c->ws = static_cast<uint8_t *>(workspace);
-    c->bits =
-        pq2_rowblock_needs_bits(m) ? reinterpret_cast<uint32_t *>(c->ws + c->plan.bits) : nullptr;
+    c->bits = needs_bits(c->cfg, m) ? reinterpret_cast<uint32_t *>(c->ws + c->plan.bits) : nullptr;
     c->records =
-        pq2_rowblock_needs_records(m) ? reinterpret_cast<int4 *>(c->ws + c->plan.records) : nullptr;
+        needs_records(c->cfg, m) ? reinterpret_cast<int4 *>(c->ws + c->plan.records) : nullptr;
     c->counters = reinterpret_cast<uint32_t *>(c->ws + c->plan.counters);
-    c->n_counters = (int32_t)pq2_rowblock_counters(c->cfg, c->v.n);
+    c->n_counters = (int32_t)(is_gemm(c->cfg) ? pq2_gemm_counters(c->cfg, c->v.n, m)
+                                              : pq2_rowblock_counters(c->cfg, c->v.n));
     return PQ2_OK;
 }
 
-pq2_status run_rowblock(const char *fn, const matmul_call &c, int64_t m, const int8_t *q8,
-                        const float *xs, const int32_t *sums, void *y, int32_t y_dtype,
-                        bool after_kernel, cudaStream_t stream)
+// The matmul kernel of the call's family.
+pq2_status run_matmul(const char *fn, const matmul_call &c, int64_t m, const int8_t *q8,
+                      const float *xs, const int32_t *sums, void *y, int32_t y_dtype,
+                      bool after_kernel, cudaStream_t stream)
 {
+    if (is_gemm(c.cfg)) {
+        pq2_gemm_problem p;
+        p.codes = c.v.data;
+        p.wscales = reinterpret_cast<const uint16_t *>(c.v.data + c.v.scale_offset);
+        p.q8 = q8, p.xs = xs, p.sums = sums, p.y = y;
+        p.partial = reinterpret_cast<float *>(c.ws + c.plan.partial);
+        p.counters = c.counters;
+        p.n = c.v.n, p.k = c.v.k, p.m = m, p.rt = c.v.rt, p.y_dtype = y_dtype, p.splits = 1;
+        return pq2_gemm_launch(fn, p, c.cfg, after_kernel, stream);
+    }
     pq2_rowblock_problem p;
     p.codes = c.v.data;
     p.wscales = reinterpret_cast<const uint16_t *>(c.v.data + c.v.scale_offset);
@@ -227,7 +272,7 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     // clears the arrival counters of split row blocks.
     PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, c.bits ? nullptr : q8, xs, sums, c.bits,
                                   c.records, c.counters, c.n_counters, pq2_pdl_ok(), s));
-    PQ2_CHECK(run_rowblock(fn, c, m, q8, xs, sums, y, y_dtype, pq2_pdl_ok(), s));
+    PQ2_CHECK(run_matmul(fn, c, m, q8, xs, sums, y, y_dtype, pq2_pdl_ok(), s));
     return pq2_ok();
 }
 
@@ -245,10 +290,14 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const pq2
     PQ2_CHECK(pq2_q8_resolve(fn, "x", x, m, c.v.k, &in));
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool pdl = pq2_pdl_ok();
+    if (in.q8 == nullptr && !c.bits)
+        return pq2_set_error(PQ2_ERR_NULL_POINTER, "%s: x->q8 is NULL; this configuration reads q8",
+                             fn);
     bool after_kernel = pdl;  // the matmul follows a kernel (the caller's producer, or one below)
-    if (in.bits || in.records) {
-        // The caller's operand has what the kernel reads besides q8, scales and sums.
-        c.bits = in.bits, c.records = in.records;
+    const bool given = (c.bits && in.bits) || (c.records && in.records);
+    if (given || (!c.bits && !c.records)) {
+        // Nothing to make: the caller's operand has what the kernel reads.
+        if (given) c.bits = in.bits, c.records = in.records;
         if (c.n_counters > 0) {
             PQ2_CUDA_TRY(
                 fn, cudaMemsetAsync(c.counters, 0, (size_t)c.n_counters * sizeof(uint32_t), s));
@@ -260,14 +309,10 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const pq2
         // launches where the device has them: the matmul streams its first weights meanwhile.
         PQ2_CHECK(
             pq2_bitslice_launch(fn, in.q8, m, c.v.k, c.bits, c.counters, c.n_counters, pdl, s));
-    } else if (c.records) {
+    } else {
         PQ2_CHECK(pq2_token_records_launch(fn, in.scales, in.sums, m, c.v.k, c.records, c.counters,
                                            c.n_counters, pdl, s));
-    } else if (c.n_counters > 0) {
-        PQ2_CUDA_TRY(fn,
-                     cudaMemsetAsync(c.counters, 0, (size_t)c.n_counters * sizeof(uint32_t), s));
-        after_kernel = false;
     }
-    PQ2_CHECK(run_rowblock(fn, c, m, in.q8, in.scales, in.sums, y, y_dtype, after_kernel, s));
+    PQ2_CHECK(run_matmul(fn, c, m, in.q8, in.scales, in.sums, y, y_dtype, after_kernel, s));
     return pq2_ok();
 }

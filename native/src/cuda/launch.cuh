@@ -33,10 +33,10 @@ static inline pq2_status pq2_launch_status(const char *fn)
 struct pq2_launch {
     cudaLaunchConfig_t cfg;
     cudaLaunchAttribute attr[1];
-    pq2_launch(unsigned grid, unsigned block, size_t smem, cudaStream_t stream, bool pdl)
+    pq2_launch(dim3 grid, unsigned block, size_t smem, cudaStream_t stream, bool pdl)
         : cfg(), attr()
     {
-        cfg.gridDim = dim3(grid);
+        cfg.gridDim = grid;
         cfg.blockDim = dim3(block);
         cfg.dynamicSmemBytes = smem;
         cfg.stream = stream;

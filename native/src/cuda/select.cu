@@ -1,5 +1,6 @@
 // select.cu - the dispatcher's table (select.h). The table is data, tuned_configs.inc; the
 // compiled kernel list rowblock/instances.inc is derived from it (tools/tune/instances.py).
+#include "gemm/gemm.h"
 #include "rowblock/rowblock.h"
 #include "select.h"
 
@@ -16,14 +17,18 @@ struct tuned_entry {
 #define TILES PQ2_LAYOUT_TILES
 #define PLANES PQ2_LAYOUT_PLANES
 #define ROWBLOCK PQ2_FAMILY_ROWBLOCK
-#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, row_subtiles, warps, unroll, stages, \
-                  blocks, splits)                                                              \
-    {layout, m_max, n, k, layout_rt, {family, row_subtiles, warps, unroll, stages, blocks, splits}},
+#define GEMM PQ2_FAMILY_GEMM
+#define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, row_subtiles, tokens, warps, unroll, \
+                  stages, blocks, splits)                                                      \
+    {layout, m_max,     n,                                                                     \
+     k,      layout_rt, {family, row_subtiles, tokens, warps, unroll, stages, blocks, splits}},
 const tuned_entry kTable[] = {
 #include "tuned_configs.inc"
 };
 #undef PQ2_TUNED
 #undef ROWBLOCK
+#undef GEMM
+#undef GEMM
 #undef TILES
 #undef PLANES
 
@@ -39,20 +44,26 @@ const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t 
 
 }  // namespace
 
-pq2_matmul_config pq2_select_config(const pq2_view &v, int64_t m)
+pq2_matmul_config pq2_select_config(const pq2_view &v, int64_t m, int sms)
 {
     const int32_t rt = v.layout == PQ2_LAYOUT_TILES ? v.rt : 0;
     const tuned_entry *e = lookup(v.layout, rt, v.n, v.k, m);
     if (!e) e = lookup(v.layout, rt, 0, 0, m);
-    if (e) return e->cfg;
-    pq2_matmul_config none = {};  // family 0: refused by the caller (pq2_select_check_table ran)
-    return none;
+    if (!e) {
+        pq2_matmul_config none = {};  // family 0: the caller says there is no kernel
+        return none;
+    }
+    pq2_matmul_config cfg = e->cfg;
+    if (cfg.family == PQ2_FAMILY_GEMM && cfg.splits == 0)
+        cfg.splits = pq2_gemm_auto_splits(cfg, v.n, v.k, m, sms);
+    return cfg;
 }
 
 pq2_status pq2_select_check_table(const char *fn)
 {
     for (const tuned_entry &e : kTable)
-        for (int64_t m = 1; m <= e.m_max && m <= PQ2_ROWBLOCK_MAX_M; ++m) {
+        for (int64_t m = 1;
+             e.cfg.family == PQ2_FAMILY_ROWBLOCK && m <= e.m_max && m <= PQ2_ROWBLOCK_MAX_M; ++m) {
             if (lookup(e.layout, e.layout_rt, e.n, e.k, m) != &e)
                 continue;  // an earlier entry serves m
             if (!pq2_rowblock_has_kernel(e.cfg, e.layout, e.layout_rt, m))

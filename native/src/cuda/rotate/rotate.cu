@@ -76,37 +76,51 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
     } else if constexpr (SOURCE == PQ2_SOURCE_NORM) {
         // Every block of the row sums the squares of the whole row h = x (+ residual): the row
         // is read from L2 once per tile, and no block waits for another (which is why h goes to
-        // a buffer of its own: x and the residual are read whole by every block).
+        // a buffer of its own: x and the residual are read whole by every block). kInFlight
+        // loads of each are issued before the first is used: the pass costs one L2 round trip
+        // for rows up to kInFlight * E elements, not one per E. The block's own elements are
+        // among them (e = 4 * threadIdx.x + tile * E).
+        constexpr int kInFlight = 4;
+        const int64_t step = 4 * (int64_t)blockDim.x;
+        float w[4];  // issued first: it is independent of the sum
+        load4_any(elem(p.norm_weight, p.norm_dtype, e), p.norm_dtype, w);
         float ss = 0.0f;
-        for (int64_t i = 4 * threadIdx.x; i < p.width; i += 4 * (int64_t)blockDim.x) {
-            float h[4];
-            pq2_load4<XD>(elem(p.x, XD, base + i), h);
-            if (p.residual) {
-                float r[4];
-                pq2_load4<XD>(elem(p.residual, XD, row * p.width + i), r);
+        for (int64_t i0 = 4 * threadIdx.x; i0 < p.width; i0 += step * kInFlight) {
+            float h[kInFlight][4];
 #pragma unroll
-                for (int j = 0; j < 4; ++j) h[j] += r[j];
+            for (int u = 0; u < kInFlight; ++u) {
+                const int64_t i = i0 + u * step;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) h[u][j] = 0.0f;
+                if (i < p.width) pq2_load4<XD>(elem(p.x, XD, base + i), h[u]);
+            }
+            if (p.residual) {
+#pragma unroll
+                for (int u = 0; u < kInFlight; ++u) {
+                    const int64_t i = i0 + u * step;
+                    float r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                    if (i < p.width) pq2_load4<XD>(elem(p.residual, XD, row * p.width + i), r);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) h[u][j] += r[j];
+                }
             }
 #pragma unroll
-            for (int j = 0; j < 4; ++j) ss = fmaf(h[j], h[j], ss);
+            for (int u = 0; u < kInFlight; ++u) {
+#pragma unroll
+                for (int j = 0; j < 4; ++j) ss = fmaf(h[u][j], h[u][j], ss);
+                if (i0 + u * step == e) {
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) v[j] = h[u][j];
+                }
+            }
         }
         const float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)p.width + p.eps);
-        pq2_load4<XD>(elem(p.x, XD, base + e), v);
-        if (p.residual) {
-            float r[4];
-            pq2_load4<XD>(elem(p.residual, XD, row * p.width + e), r);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) v[j] += r[j];
-        }
         // h to its own buffer: the other blocks of the row read x and the residual whole.
         if (p.h_out) store4(p.h_out, XD, row * p.width + e, v);
-        float w[4];
-        load4_any(elem(p.norm_weight, p.norm_dtype, e), p.norm_dtype, w);
 #pragma unroll
         for (int j = 0; j < 4; ++j) v[j] = v[j] * scale * w[j];
         if (p.normed) store4(p.normed, p.normed_dtype, row * p.width + e, v);
-    } else {  // PQ2_SOURCE_WEIGHTS: row ids[row] (or row) of the matrix; an id out of range gives
-              // NaN
+    } else {  // PQ2_SOURCE_WEIGHTS: row ids[row] (or row); an id out of range gives NaN
         const int64_t id = p.ids ? (int64_t)p.ids[row] : row;
         if (id < 0 || id >= p.w.n) {
 #pragma unroll

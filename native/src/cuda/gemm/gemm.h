@@ -1,0 +1,43 @@
+// gemm.h - the host side of the GEMM family (any m, tiles layout): configuration checks, grid,
+// workspace needs, one-time device setup and the launch.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "common/errors.h"
+
+// One validated problem: the weight regions (tiles layout), the Q8 operand, the output, and the
+// workspace of split configurations.
+struct pq2_gemm_problem {
+    const uint8_t *codes;     // tile-major code region
+    const uint16_t *wscales;  // tile-major scale region
+    const int8_t *q8;         // [m][k] plane order
+    const float *xs;          // [m][k/128]
+    const int32_t *sums;      // [m][k/128]
+    void *y;                  // [m][n], y_dtype
+    float *partial;           // splits > 1: [tile][split][128 x tokens] fp32
+    uint32_t *counters;       // splits > 1: one arrival counter per (row block, token block), zero
+    int64_t n, k, m;
+    int32_t rt;  // the file's tile height
+    int32_t y_dtype;
+    int32_t splits;
+};
+
+pq2_status pq2_gemm_init_device(const char *fn, int max_smem_optin);
+
+// PQ2_OK when cfg is a valid GEMM configuration for this layout that the device can run.
+pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, int32_t layout,
+                                 int cc, int max_smem);
+
+// The splits the dispatcher gives a GEMM fallback configuration (splits 0): enough blocks to
+// fill the device once, at most 16, each split keeping at least 8 groups.
+int32_t pq2_gemm_auto_splits(const pq2_matmul_config &cfg, int64_t n, int64_t k, int64_t m,
+                             int sms);
+
+// Blocks (row blocks x token blocks x splits) and the workspace beyond the Q8 operand.
+int64_t pq2_gemm_grid(const pq2_matmul_config &cfg, int64_t n, int64_t m);
+size_t pq2_gemm_counters(const pq2_matmul_config &cfg, int64_t n, int64_t m);
+size_t pq2_gemm_partial_floats(const pq2_matmul_config &cfg, int64_t n, int64_t m);
+
+pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_matmul_config &cfg,
+                           bool after_kernel, cudaStream_t stream);

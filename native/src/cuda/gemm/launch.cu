@@ -1,0 +1,139 @@
+// launch.cu - the GEMM family's host side (gemm.h): its compiled kernels (tokens 32, 64, 128 x
+// pipeline depth 2..4), configuration checks, grid, workspace, launch.
+#include "gemm/kernel.cuh"
+#include "launch.cuh"
+
+namespace {
+
+using gemm_fn = void (*)(const pq2_gemm_problem);
+
+template <int BM> gemm_fn kernel_for_stages(int stages)
+{
+    switch (stages) {
+    case 2: return pq2_gemm::gemm_kernel<BM, 2>;
+    case 3: return pq2_gemm::gemm_kernel<BM, 3>;
+    case 4: return pq2_gemm::gemm_kernel<BM, 4>;
+    default: return nullptr;
+    }
+}
+
+gemm_fn find_kernel(const pq2_matmul_config &cfg)
+{
+    switch (cfg.tokens) {
+    case 32: return kernel_for_stages<32>(cfg.stages);
+    case 64: return kernel_for_stages<64>(cfg.stages);
+    case 128: return kernel_for_stages<128>(cfg.stages);
+    default: return nullptr;
+    }
+}
+
+size_t smem_bytes(const pq2_matmul_config &cfg)
+{
+    switch (cfg.tokens) {
+    case 32: return pq2_gemm::smem_bytes<32>(cfg.stages);
+    case 64: return pq2_gemm::smem_bytes<64>(cfg.stages);
+    default: return pq2_gemm::smem_bytes<128>(cfg.stages);
+    }
+}
+
+int64_t row_blocks(int64_t n)
+{
+    return (n + pq2_gemm::kRows - 1) / pq2_gemm::kRows;
+}
+int64_t token_blocks(const pq2_matmul_config &cfg, int64_t m)
+{
+    return (m + cfg.tokens - 1) / cfg.tokens;
+}
+int32_t splits_of(const pq2_matmul_config &cfg)
+{
+    return cfg.splits > 1 ? cfg.splits : 1;
+}
+
+}  // namespace
+
+pq2_status pq2_gemm_init_device(const char *fn, int max_smem_optin)
+{
+    for (int tokens : {32, 64, 128})
+        for (int stages = 2; stages <= 4; ++stages) {
+            pq2_matmul_config c = {};
+            c.tokens = tokens, c.stages = stages;
+            if (smem_bytes(c) <= (size_t)max_smem_optin)
+                PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(find_kernel(c),
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      (int)smem_bytes(c)));
+        }
+    return PQ2_OK;
+}
+
+pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, int32_t layout,
+                                 int cc, int max_smem)
+{
+    (void)cc;
+    if (layout != PQ2_LAYOUT_TILES)
+        return pq2_set_error(
+            PQ2_ERR_UNSUPPORTED,
+            "%s: the GEMM family (m > %d) reads the tiles layout; repack the weights to tiles "
+            "(pyq2 repack --layout tiles)",
+            fn, PQ2_ROWBLOCK_MAX_M);
+    if (cfg.row_subtiles != 8 || cfg.warps != 8 || cfg.unroll != 1 || cfg.blocks != 0)
+        return pq2_set_error(
+            PQ2_ERR_INVALID_ARGUMENT,
+            "%s: GEMM config row_subtiles=%d warps=%d unroll=%d blocks=%d: the family takes "
+            "row_subtiles 8, warps 8, unroll 1, blocks 0",
+            fn, (int)cfg.row_subtiles, (int)cfg.warps, (int)cfg.unroll, (int)cfg.blocks);
+    if (cfg.tokens != 32 && cfg.tokens != 64 && cfg.tokens != 128)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: GEMM config tokens=%d is not 32, 64 or 128", fn, (int)cfg.tokens);
+    if (cfg.stages < 2 || cfg.stages > 4)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: GEMM config stages=%d is not in 2..4",
+                             fn, (int)cfg.stages);
+    if (cfg.splits < 0 || cfg.splits > 16)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: GEMM config splits=%d is not in 0..16",
+                             fn, (int)cfg.splits);
+    if (smem_bytes(cfg) > (size_t)max_smem)
+        return pq2_set_error(
+            PQ2_ERR_UNSUPPORTED,
+            "%s: GEMM config tokens=%d stages=%d needs %zu bytes of shared memory; the device "
+            "allows %d",
+            fn, (int)cfg.tokens, (int)cfg.stages, smem_bytes(cfg), max_smem);
+    return PQ2_OK;
+}
+
+int32_t pq2_gemm_auto_splits(const pq2_matmul_config &cfg, int64_t n, int64_t k, int64_t m, int sms)
+{
+    const int64_t blocks = row_blocks(n) * token_blocks(cfg, m), groups = k / 128;
+    int64_t s = 1;
+    while (s < 16 && blocks * (s * 2) <= sms && groups / (s * 2) >= 8) s *= 2;
+    return (int32_t)s;
+}
+
+int64_t pq2_gemm_grid(const pq2_matmul_config &cfg, int64_t n, int64_t m)
+{
+    return row_blocks(n) * token_blocks(cfg, m) * splits_of(cfg);
+}
+
+size_t pq2_gemm_counters(const pq2_matmul_config &cfg, int64_t n, int64_t m)
+{
+    return splits_of(cfg) > 1 ? (size_t)(row_blocks(n) * token_blocks(cfg, m)) : 0;
+}
+
+size_t pq2_gemm_partial_floats(const pq2_matmul_config &cfg, int64_t n, int64_t m)
+{
+    return splits_of(cfg) > 1 ? (size_t)pq2_gemm_grid(cfg, n, m) * pq2_gemm::kRows * cfg.tokens : 0;
+}
+
+pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_matmul_config &cfg,
+                           bool after_kernel, cudaStream_t stream)
+{
+    const int64_t rows = row_blocks(p.n), toks = token_blocks(cfg, p.m);
+    if (rows > INT32_MAX || toks > 65535)
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: n=%lld m=%lld: too many blocks for one grid (m <= %lld)", fn,
+                             (long long)p.n, (long long)p.m, (long long)65535 * cfg.tokens);
+    pq2_launch l(dim3((unsigned)rows, (unsigned)toks, (unsigned)splits_of(cfg)), pq2_gemm::kThreads,
+                 smem_bytes(cfg), stream, after_kernel);
+    pq2_gemm_problem q = p;
+    q.splits = splits_of(cfg);
+    PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_kernel(cfg), q));
+    return pq2_launch_status(fn);
+}
