@@ -100,7 +100,8 @@ def main(argv=None):
             rows.append(row)
             print(
                 f"{name:8s} M={m:5d} {us:9.1f} us {row['tops']:7.1f} TOPS  cuBLAS {cub:9.1f} us "
-                f"{row['speedup_vs_cublas']:5.2f}x  cfg tokens {cfg['tokens']} splits {cfg['splits']}",
+                f"{row['speedup_vs_cublas']:5.2f}x  cfg tokens {cfg['tokens']} "
+                f"splits {cfg['splits']}",
                 flush=True,
             )
         del ws
@@ -132,7 +133,7 @@ def main(argv=None):
                 indent=1,
             )
     print(
-        f"\nus per call incl. activation quantisation; TOPS = 2 M N K / time; x = over cuBLAS bf16"
+        "\nus per call incl. activation quantisation; TOPS = 2 M N K / time; x = over cuBLAS bf16"
     )
     print(f"{'shape':8s} " + " ".join(f"{'M=' + str(m):>20s}" for m in ms))
     for name in args.shapes.split(","):
@@ -150,7 +151,8 @@ def main(argv=None):
             else "-"
         )
         print(
-            f"2048-token prefill, 257 projections: {passes['pq2_ms']:.2f} ms (cuBLAS bf16 sum of calls {cub})"
+            f"2048-token prefill, 257 projections: {passes['pq2_ms']:.2f} ms "
+            f"(cuBLAS bf16 sum of calls {cub})"
         )
     return 0
 
