@@ -84,7 +84,12 @@ def ops_at(m, emb):
     ids = torch.randint(0, VOCAB, (m,), dtype=torch.int32, device="cuda")
     emb_out = torch.empty(m, HIDDEN, device="cuda")
     rot_out = torch.empty_like(h)
+    q_plain = Q8Operand.empty(m, HIDDEN)
     return {
+        "quantize_q8 5120 (reference)": (
+            lambda: _quantize(h, q_plain),
+            2 * m * HIDDEN + q8_bytes(m, HIDDEN),
+        ),
         "rotate 5120": (lambda: rotate(h, rot_h, out=rot_out), 4 * m * HIDDEN),
         "norm+rotate+q8 5120": (
             lambda: norm_rotate_q8(h, nw, 1e-6, rot_h, residual=res, h_out=h_out, out=q_h),
@@ -139,6 +144,20 @@ def _get_rows(w, ids, out, rot):
             ffi.cast("void *", out.data_ptr()),
             0,
             rot.struct(),
+            ffi.cast("void *", torch.cuda.current_stream().cuda_stream),
+        )
+    )
+
+
+def _quantize(x, out):
+    ffi, lib = _native.load()
+    _native.check(
+        lib.pq2_quantize_q8_cuda(
+            ffi.cast("void *", x.data_ptr()),
+            2,
+            x.shape[0],
+            x.shape[1],
+            out.struct(),
             ffi.cast("void *", torch.cuda.current_stream().cuda_stream),
         )
     )

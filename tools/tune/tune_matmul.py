@@ -44,8 +44,9 @@ CONFIG_FIELDS = (
     "blocks",
     "splits",
 )
-ROWBLOCK = 1  # PQ2_FAMILY_ROWBLOCK
-FAMILY_NAMES = {1: "ROWBLOCK", 2: "GEMM"}
+ROWBLOCK, GEMM = 1, 2  # PQ2_FAMILY_ROWBLOCK, PQ2_FAMILY_GEMM
+FAMILY_NAMES = {ROWBLOCK: "ROWBLOCK", GEMM: "GEMM"}
+ROWBLOCK_MAX_M = 16  # PQ2_ROWBLOCK_MAX_M
 # Within this fraction of the fastest, the lighter configuration wins (footprint()).
 TIE = 0.02
 
@@ -60,9 +61,16 @@ def persistent_blocks(w):
     return sorted({max(1, 32 // w), 64 // w})
 
 
-def search_space(layout, layout_rt, m, parts=SEARCH_CHOICES, warps=None):
+def search_space(layout, layout_rt, m, parts=SEARCH_CHOICES, warps=None, k=5120):
     """Configurations to time (refused ones are skipped when timed). parts: which grids and row
-    shapes to search; warps: the warps per block to try instead of the defaults (powers of two)."""
+    shapes to search; warps: the warps per block to try instead of the defaults (powers of two).
+    Above m = 16 only the GEMM family serves (tiles): its token tiles, depths and splits."""
+    if m > ROWBLOCK_MAX_M:
+        if layout == "tiles":
+            for tokens, stages, splits in itertools.product((32, 64, 128), (2, 3, 4), (1, 2, 4, 8)):
+                if k // 128 // splits >= 8:
+                    yield (GEMM, 8, tokens, 8, 1, stages, 0, splits)
+        return
     W = lambda default: tuple(warps) if warps else default  # noqa: E731
     if "rowblock" in parts and layout == "tiles":  # one block per row block, registers or ring
         for w, u, s in itertools.product(W((2, 4, 8, 16)), (1, 2), (1, 2, 3, 4, 6)):
@@ -113,7 +121,7 @@ def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
     from bench_matmul import copies_for, resident, time_pq2
 
     from pyq2.errors import Pq2Error
-    from pyq2.gpu import matmul_config
+    from pyq2.gpu import gemm_config, matmul_config
 
     entries, rows = [], []
     for name in shapes:
@@ -122,11 +130,15 @@ def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
             ws = resident(n, k, layout, layout_rt, copies_for(pq2_bytes(n, k)))
             for m in ms:
                 cands = []
-                for c in search_space(layout, layout_rt, m, parts, warps):
+                for c in search_space(layout, layout_rt, m, parts, warps, k):
                     try:
                         cf = dict(zip(CONFIG_FIELDS, c, strict=True))
-                        del cf["family"], cf["tokens"]
-                        us = time_pq2(ws, m, matmul_config(**cf), replays=replays)
+                        if cf["family"] == GEMM:
+                            config = gemm_config(cf["tokens"], cf["stages"], cf["splits"])
+                        else:
+                            del cf["family"], cf["tokens"]
+                            config = matmul_config(**cf)
+                        us = time_pq2(ws, m, config, replays=replays)
                     except Pq2Error as e:
                         if e.status_name != "PQ2_ERR_UNSUPPORTED":
                             raise
