@@ -227,9 +227,11 @@ def entries_from_json(path):
     groups = {}
     for r in saved["rows"]:
         c = r["config"]
+        if c.get("family") not in FAMILY_NAMES:
+            continue  # a kernel family this library no longer has (older result files)
         c = {"row_subtiles": c.get("row_subtiles", c.get("rt")), **c}  # "rt": older result files
         groups.setdefault((r["shape"], r["layout"], r["layout_rt"], r["m"]), []).append(
-            (r["us"], (ROWBLOCK,) + tuple(c.get(f, 0) for f in CONFIG_FIELDS[1:]))
+            (r["us"], tuple(c.get(f, 0) for f in CONFIG_FIELDS))
         )
     entries = []
     for (name, layout, layout_rt, m), cands in groups.items():

@@ -50,8 +50,9 @@ __device__ __forceinline__ float block_sum(float v, float *red)
     return s;
 }
 
-// Element e..e+3 of row `row` of the source, as floats.
-template <int SOURCE, int XD>
+// Element e..e+3 of row `row` of the source, as floats. IN_FLIGHT: loads issued together by the
+// RMSNorm's pass over the whole row.
+template <int SOURCE, int XD, int IN_FLIGHT>
 __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t row, int64_t e,
                                             float (&v)[4], float *red)
 {
@@ -80,7 +81,7 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
         // loads of each are issued before the first is used: the pass costs one L2 round trip
         // for rows up to kInFlight * E elements, not one per E. The block's own elements are
         // among them (e = 4 * threadIdx.x + tile * E).
-        constexpr int kInFlight = 4;
+        constexpr int kInFlight = IN_FLIGHT;
         const int64_t step = 4 * (int64_t)blockDim.x;
         float w[4];  // issued first: it is independent of the sum
         load4_any(elem(p.norm_weight, p.norm_dtype, e), p.norm_dtype, w);
@@ -137,8 +138,10 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
     }
 }
 
-template <int SOURCE, int XD, bool Q8>
-__global__ void __launch_bounds__(kMaxThreads)
+// MAXT: the threads of a block at most (E / 4): 256 up to E = 1024 (registers for 8 of the
+// RMSNorm's loads in flight: a 5120-wide row in one round trip), else 1024.
+template <int SOURCE, int XD, bool Q8, int MAXT>
+__global__ void __launch_bounds__(MAXT)
     row_transform_kernel(const pq2_row_transform p, int32_t tiles, float rsqrt_b)
 {
     extern __shared__ __align__(16) float smem[];  // E floats: the cross-warp Hadamard stages
@@ -151,7 +154,7 @@ __global__ void __launch_bounds__(kMaxThreads)
     // weights now; this grid reads its inputs only after the kernel before it has finished.
     pq2_pdl_handoff();
     float v[4];
-    load_source<SOURCE, XD>(p, row, e, v, red);
+    load_source<SOURCE, XD, MAXT <= 256 ? 8 : 4>(p, row, e, v, red);
     if (p.signs && !p.inverse) {
         const char4 s = *reinterpret_cast<const char4 *>(p.signs + e);
         v[0] *= s.x, v[1] *= s.y, v[2] *= s.z, v[3] *= s.w;
@@ -176,25 +179,28 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 using transform_fn = void (*)(const pq2_row_transform, int32_t, float);
 
-template <int SOURCE, bool Q8> transform_fn kernel_for(int32_t x_dtype)
+template <int SOURCE, bool Q8, int MAXT> transform_fn kernel_for(int32_t x_dtype)
 {
     switch (x_dtype) {
-    case PQ2_DTYPE_F16: return row_transform_kernel<SOURCE, PQ2_DTYPE_F16, Q8>;
-    case PQ2_DTYPE_BF16: return row_transform_kernel<SOURCE, PQ2_DTYPE_BF16, Q8>;
-    default: return row_transform_kernel<SOURCE, PQ2_DTYPE_F32, Q8>;
+    case PQ2_DTYPE_F16: return row_transform_kernel<SOURCE, PQ2_DTYPE_F16, Q8, MAXT>;
+    case PQ2_DTYPE_BF16: return row_transform_kernel<SOURCE, PQ2_DTYPE_BF16, Q8, MAXT>;
+    default: return row_transform_kernel<SOURCE, PQ2_DTYPE_F32, Q8, MAXT>;
     }
 }
 
 // The compiled transforms: rotate (dense in, dense out), the three producers of the Q8 operand,
-// and the rows of a PQ2_0 matrix (dense out).
-transform_fn find_kernel(int32_t source, bool q8, int32_t x_dtype)
+// and the rows of a PQ2_0 matrix (dense out), each for blocks of up to 256 and 1024 threads.
+template <int MAXT> transform_fn find_kernel(int32_t source, bool q8, int32_t x_dtype)
 {
-    if (!q8 && source == PQ2_SOURCE_PLAIN) return kernel_for<PQ2_SOURCE_PLAIN, false>(x_dtype);
+    if (!q8 && source == PQ2_SOURCE_PLAIN)
+        return kernel_for<PQ2_SOURCE_PLAIN, false, MAXT>(x_dtype);
     if (!q8 && source == PQ2_SOURCE_WEIGHTS)
-        return row_transform_kernel<PQ2_SOURCE_WEIGHTS, PQ2_DTYPE_F32, false>;
-    if (q8 && source == PQ2_SOURCE_NORM) return kernel_for<PQ2_SOURCE_NORM, true>(x_dtype);
-    if (q8 && source == PQ2_SOURCE_SWIGLU) return kernel_for<PQ2_SOURCE_SWIGLU, true>(x_dtype);
-    if (q8 && source == PQ2_SOURCE_PERMUTE) return kernel_for<PQ2_SOURCE_PERMUTE, true>(x_dtype);
+        return row_transform_kernel<PQ2_SOURCE_WEIGHTS, PQ2_DTYPE_F32, false, MAXT>;
+    if (q8 && source == PQ2_SOURCE_NORM) return kernel_for<PQ2_SOURCE_NORM, true, MAXT>(x_dtype);
+    if (q8 && source == PQ2_SOURCE_SWIGLU)
+        return kernel_for<PQ2_SOURCE_SWIGLU, true, MAXT>(x_dtype);
+    if (q8 && source == PQ2_SOURCE_PERMUTE)
+        return kernel_for<PQ2_SOURCE_PERMUTE, true, MAXT>(x_dtype);
     return nullptr;
 }
 
@@ -211,12 +217,13 @@ int64_t pq2_row_tile(int64_t width, int32_t log2b)
 pq2_status pq2_row_transform_launch(const char *fn, const pq2_row_transform &t, bool pdl,
                                     cudaStream_t stream)
 {
-    const transform_fn kernel =
-        find_kernel(t.source, t.y == nullptr, t.x_dtype);  // no y: a Q8 sink
+    const int64_t e = pq2_row_tile(t.width, t.log2b), tiles = t.width / e;
+    const bool q8 = t.y == nullptr;  // no y: a Q8 sink
+    const transform_fn kernel = e <= 1024 ? find_kernel<256>(t.source, q8, t.x_dtype)
+                                          : find_kernel<kMaxThreads>(t.source, q8, t.x_dtype);
     if (!kernel)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: no row transform for source %d", fn,
                              (int)t.source);
-    const int64_t e = pq2_row_tile(t.width, t.log2b), tiles = t.width / e;
     if (t.m * tiles > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld width=%lld: too many blocks for one grid",
                              fn, (long long)t.m, (long long)t.width);
