@@ -28,7 +28,6 @@ const tuned_entry kTable[] = {
 #undef PQ2_TUNED
 #undef ROWBLOCK
 #undef GEMM
-#undef GEMM
 #undef TILES
 #undef PLANES
 
