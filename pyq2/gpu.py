@@ -120,6 +120,7 @@ class PQ2Weights:
         ffi, _ = _native.load()
         w = ffi.new("pq2_weights *")
         w.data = ffi.cast("void *", self.data.data_ptr())
+        w.bytes = self.data.numel() * self.data.element_size()
         w.n, w.k = self.n, self.k
         w.layout = layouts.LAYOUTS[self.layout]
         w.rt = layouts.layout_rt(self.layout, self.rt)

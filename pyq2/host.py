@@ -61,7 +61,8 @@ def _weights(buf, n: int, k: int, layout, rt: int):
         )
     cdata = _in(ffi, data, "uint8_t")
     w = ffi.new(
-        "pq2_weights *", {"data": cdata, "n": n, "k": k, "layout": _layout(layout), "rt": rt}
+        "pq2_weights *",
+        {"data": cdata, "bytes": data.size, "n": n, "k": k, "layout": _layout(layout), "rt": rt},
     )
     return w, (data, cdata)
 
@@ -144,11 +145,15 @@ def quantize_q8(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     _native.check(
         lib.pq2_quantize_q8_host(
             _in(ffi, x, "float"),
+            x.nbytes,
             m,
             k,
             _out(ffi, q8, "int8_t"),
+            q8.nbytes,
             _out(ffi, scales, "float"),
+            scales.nbytes,
             _out(ffi, sums, "int32_t"),
+            sums.nbytes,
         )
     )
     return q8, scales, sums
@@ -163,10 +168,11 @@ def matmul(buf, n: int, k: int, x, layout="raw", rt: int = 0) -> np.ndarray:
     x_in = np.asarray(x)
     x2 = _f32(x_in.reshape(1, -1) if x_in.ndim == 1 else x_in, "x")
     m = x2.shape[0]
-    # pq2_matmul_host takes no size for x and y: their shapes are checked here.
     if x2.shape[1] != k:
         raise ValueError(f"x has {x2.shape[1]} columns, the weights have K={k}")
     w, keep = _weights(buf, n, k, layout, rt)
     y = np.full((m, n), np.nan, dtype=np.float32)
-    _native.check(lib.pq2_matmul_host(w, _in(ffi, x2, "float"), m, _out(ffi, y, "float")))
+    _native.check(
+        lib.pq2_matmul_host(w, _in(ffi, x2, "float"), x2.nbytes, m, _out(ffi, y, "float"), y.nbytes)
+    )
     return y[0] if x_in.ndim == 1 else y

@@ -83,7 +83,7 @@ def bits(a):
 
 def test_abi_and_last_error_after_success(native, host):
     ffi, lib = native
-    assert lib.pq2_abi_version() == 5
+    assert lib.pq2_abi_version() == 6
     assert host.layout_bytes("tiles", 17, 384, 2) == L.layout_bytes("tiles", 17, 384, 2)
     assert ffi.string(lib.pq2_last_error()) == b""
 
@@ -279,10 +279,12 @@ def test_null_pointers(native):
     assert lib.pq2_ptq1_to_pq2(dst, 28, ffi.NULL, 34, 1) == lib.PQ2_ERR_NULL_POINTER
     assert lib.pq2_layout_bytes(0, 1, 128, 0, ffi.NULL) == lib.PQ2_ERR_NULL_POINTER
     assert lib.pq2_convert_layout(ffi.NULL, dst, 34, 0, 0) == lib.PQ2_ERR_NULL_POINTER
-    w = ffi.new("pq2_weights *", {"data": ffi.NULL, "n": 1, "k": 128, "layout": 0, "rt": 0})
+    w = ffi.new(
+        "pq2_weights *", {"data": ffi.NULL, "bytes": 34, "n": 1, "k": 128, "layout": 0, "rt": 0}
+    )
     assert lib.pq2_convert_layout(w, dst, 34, 1, 0) == lib.PQ2_ERR_NULL_POINTER
     assert (
-        lib.pq2_quantize_q8_host(ffi.NULL, 1, 128, ffi.NULL, ffi.NULL, ffi.NULL)
+        lib.pq2_quantize_q8_host(ffi.NULL, 512, 1, 128, ffi.NULL, 128, ffi.NULL, 4, ffi.NULL, 4)
         == lib.PQ2_ERR_NULL_POINTER
     )
     assert ffi.string(lib.pq2_last_error()) != b""
@@ -298,14 +300,39 @@ def test_size_mismatch(native, host):
     # dst_bytes one short of what the layout needs.
     raw = np.zeros(3 * 34, np.uint8)
     src = ffi.new(
-        "pq2_weights *", {"data": ffi.from_buffer(raw), "n": 1, "k": 384, "layout": 0, "rt": 0}
+        "pq2_weights *",
+        {"data": ffi.from_buffer(raw), "bytes": raw.size, "n": 1, "k": 384, "layout": 0, "rt": 0},
     )
     dst = ffi.new("uint8_t[]", 16 * 3 * 34)
     assert lib.pq2_convert_layout(src, dst, 16 * 3 * 34 - 1, 2, 1) == lib.PQ2_ERR_SHAPE
     assert str(16 * 3 * 34 - 1) in ffi.string(lib.pq2_last_error()).decode()
     out = ffi.new("float[]", 384)
     assert lib.pq2_dequantize_host(src, out, 384 * 4 + 4) == lib.PQ2_ERR_SHAPE
-    # Wrapper-side checks for what the C signature cannot see.
+    # Every buffer's size is checked against the shape: one byte short is refused, naming the
+    # entry point, the buffer and both sizes; a larger buffer is fine.
+    src.bytes = raw.size - 1
+    assert lib.pq2_dequantize_host(src, out, 384 * 4) == lib.PQ2_ERR_SHAPE
+    msg = ffi.string(lib.pq2_last_error()).decode()
+    assert "pq2_dequantize_host" in msg and "bytes=101" in msg and "102" in msg, msg
+    src.bytes = raw.size + 100
+    assert lib.pq2_dequantize_host(src, out, 384 * 4) == lib.PQ2_OK
+    src.bytes = raw.size
+    x = ffi.new("float[]", 2 * 384)
+    q8, sc, su = ffi.new("int8_t[]", 2 * 384), ffi.new("float[]", 6), ffi.new("int32_t[]", 6)
+    full = (2 * 384 * 4, 2 * 384, 6 * 4, 6 * 4)
+    assert lib.pq2_quantize_q8_host(x, full[0], 2, 384, q8, full[1], sc, full[2], su, full[3]) == 0
+    for i, name in enumerate(["x", "q8", "scales", "sums"]):
+        sizes = list(full)
+        sizes[i] -= 1
+        st = lib.pq2_quantize_q8_host(x, sizes[0], 2, 384, q8, sizes[1], sc, sizes[2], su, sizes[3])
+        msg = ffi.string(lib.pq2_last_error()).decode()
+        assert st == lib.PQ2_ERR_SHAPE and f"pq2_quantize_q8_host: {name} holds" in msg, msg
+    y = ffi.new("float[]", 2)
+    assert lib.pq2_matmul_host(src, x, 2 * 384 * 4, 2, y, 8) == lib.PQ2_OK
+    assert lib.pq2_matmul_host(src, x, 2 * 384 * 4 - 4, 2, y, 8) == lib.PQ2_ERR_SHAPE
+    assert lib.pq2_matmul_host(src, x, 2 * 384 * 4, 2, y, 7) == lib.PQ2_ERR_SHAPE
+    assert "pq2_matmul_host: y holds 7 bytes" in ffi.string(lib.pq2_last_error()).decode()
+    # Wrapper-side checks.
     with pytest.raises(ValueError, match="takes 102 bytes, the buffer has 101"):
         host.dequantize(raw[:-1], 1, 384)
     with pytest.raises(ValueError, match="K=384"):

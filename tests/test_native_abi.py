@@ -95,10 +95,55 @@ def test_gpu_entry_points_fail_cleanly_without_a_gpu():
     w.data = ffi.cast("void *", 16)  # never dereferenced: the device check comes first
     w.n, w.k, w.layout, w.rt = 64, 128, lib.PQ2_LAYOUT_TILES, 2
     size = ffi.new("size_t *")
+    assert lib.pq2_layout_bytes(w.layout, w.n, w.k, w.rt, size) == lib.PQ2_OK
+    w.bytes = size[0]
     expected = "PQ2_ERR_CUDA" if lib.pq2_built_with_cuda() else "PQ2_ERR_NO_CUDA"
     for status in (lib.pq2_cuda_init(), lib.pq2_matmul_workspace_size(w, 1, ffi.NULL, size)):
         assert ffi.string(lib.pq2_status_name(status)).decode() == expected
         assert ffi.string(lib.pq2_last_error())
+
+
+@pytest.mark.skipif(
+    has_gpu() or not lib.pq2_built_with_cuda(), reason="a CUDA build on a machine without a GPU"
+)
+def test_gpu_entry_points_check_arguments_before_the_device():
+    """Bad arguments get their own status and a message naming the entry point, even where no
+    device could be reached."""
+    fake = ffi.cast("void *", 256)  # never dereferenced
+    out = ffi.new("pq2_q8 *")
+    out.q8, out.scales, out.sums = (
+        ffi.cast("int8_t *", 256),
+        ffi.cast("float *", 256),
+        ffi.cast("int32_t *", 256),
+    )
+    w = ffi.new("pq2_weights *")
+    w.data, w.bytes, w.n, w.k, w.layout, w.rt = fake, 10, 64, 128, lib.PQ2_LAYOUT_TILES, 2
+    cases = [
+        (
+            "pq2_quantize_q8_cuda",
+            "PQ2_ERR_INVALID_ARGUMENT",
+            lambda: lib.pq2_quantize_q8_cuda(fake, 9, 1, 128, out, ffi.NULL),
+        ),
+        (
+            "pq2_matmul_cuda",
+            "PQ2_ERR_SHAPE",
+            lambda: lib.pq2_matmul_cuda(w, fake, 0, fake, 0, 1, ffi.NULL, fake, 1 << 20, ffi.NULL),
+        ),
+        (
+            "pq2_rotate_cuda",
+            "PQ2_ERR_NULL_POINTER",
+            lambda: lib.pq2_rotate_cuda(fake, 0, fake, 7, 1, 128, ffi.NULL, 0, ffi.NULL),
+        ),
+        (
+            "pq2_dequantize_cuda",
+            "PQ2_ERR_SHAPE",
+            lambda: lib.pq2_dequantize_cuda(w, fake, 0, ffi.NULL),
+        ),
+    ]
+    for fn, status, call in cases:
+        got = ffi.string(lib.pq2_status_name(call())).decode()
+        msg = ffi.string(lib.pq2_last_error()).decode()
+        assert got == status and msg.startswith(fn + ":"), (fn, got, msg)
 
 
 def test_python_constants_match_the_header():

@@ -44,7 +44,7 @@ extern "C" {
 /* PQ2_CDEF_BEGIN */
 
 /* Bumped on any incompatible change of a signature, struct, enum value or layout. */
-#define PQ2_ABI_VERSION 5
+#define PQ2_ABI_VERSION 6
 
 /* Format version written to repacked files as pyq2.format_version. */
 #define PQ2_FORMAT_VERSION 2
@@ -80,10 +80,13 @@ typedef enum pq2_layout {
 typedef enum pq2_dtype { PQ2_DTYPE_F32 = 0, PQ2_DTYPE_F16 = 1, PQ2_DTYPE_BF16 = 2 } pq2_dtype;
 
 /* A PQ2_0 weight matrix W[N][K] in one of the layouts. `data` is host memory for host entry
- * points and device memory for _cuda entry points. rt is the TILES layout's tile height in
- * 16-row sub-tiles (1, 2 or 4) and ignored (pass 0) for the other layouts. */
+ * points and device memory for _cuda entry points; `bytes` is the size of the buffer at data,
+ * which must hold at least pq2_layout_bytes(layout, n, k, rt) (PQ2_ERR_SHAPE otherwise). rt is
+ * the TILES layout's tile height in 16-row sub-tiles (1, 2 or 4) and ignored (pass 0) for the
+ * other layouts. */
 typedef struct pq2_weights {
     const void *data;
+    size_t bytes;
     int64_t n;
     int64_t k;
     int32_t layout;
@@ -129,13 +132,17 @@ PQ2_API pq2_status pq2_tq2_to_pq2(const void *src, size_t src_bytes, void *dst, 
 PQ2_API pq2_status pq2_dequantize_host(const pq2_weights *w, float *out, size_t out_bytes);
 /* Group-128 Q8 of x[m][k] (f32, row-major): q8[m][k] in plane order, scales[m][k/128] f32,
  * sums[m][k/128] int32. scale = max|x| * (1/127) with NaN ignored (an all-NaN group: 0);
- * q = clamp(rint(x / scale), -127, 127), a NaN quotient (NaN input, inf / inf) giving 0. */
-PQ2_API pq2_status pq2_quantize_q8_host(const float *x, int64_t m, int64_t k, int8_t *q8,
-                                        float *scales, int32_t *sums);
+ * q = clamp(rint(x / scale), -127, 127), a NaN quotient (NaN input, inf / inf) giving 0.
+ * Each *_bytes is the size of its buffer and must be at least what m and k need. */
+PQ2_API pq2_status pq2_quantize_q8_host(const float *x, size_t x_bytes, int64_t m, int64_t k,
+                                        int8_t *q8, size_t q8_bytes, float *scales,
+                                        size_t scales_bytes, int32_t *sums, size_t sums_bytes);
 /* y[m][N] f32 = x[m][K] . W^T through the Q8 integer path: per (row, group) the exact integer
  * dot(code, q) - sums is scaled by d_w * d_x in fp32 and accumulated over groups in fp32 in
- * increasing g. The reference GPU results are checked against. */
-PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, int64_t m, float *y);
+ * increasing g. The reference GPU results are checked against. x_bytes and y_bytes are the
+ * sizes of x and y: at least m * K * 4 and m * N * 4. */
+PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, size_t x_bytes, int64_t m,
+                                   float *y, size_t y_bytes);
 
 /* ---- CUDA (device memory; PQ2_ERR_NO_CUDA without CUDA) ---- */
 /* One-time setup for the current device (kernel attributes, device properties). Optional:

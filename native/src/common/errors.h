@@ -67,6 +67,12 @@ static inline int pq2_mul_size(uint64_t a, uint64_t b, uint64_t *out)
     return 1;
 }
 
+/* PQ2_ERR_SHAPE (naming fn, the buffer and both sizes) unless a buffer of `have` bytes holds
+ * `count` elements of `elem` bytes; count * elem must not overflow (callers check the shape
+ * first). */
+pq2_status pq2_check_buffer(const char *fn, const char *name, size_t have, uint64_t count,
+                            uint64_t elem);
+
 #ifdef __cplusplus
 }
 #endif

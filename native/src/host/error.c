@@ -86,3 +86,13 @@ PQ2_API const char *pq2_status_name(int32_t status)
     default: return "PQ2_STATUS_UNKNOWN";
     }
 }
+
+pq2_status pq2_check_buffer(const char *fn, const char *name, size_t have, uint64_t count,
+                            uint64_t elem)
+{
+    uint64_t need;
+    if (!pq2_mul_size(count, elem, &need) || (uint64_t)have < need)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: %s holds %zu bytes, the shape needs %llu", fn,
+                             name, have, (unsigned long long)(count * elem));
+    return PQ2_OK;
+}

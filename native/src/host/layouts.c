@@ -67,6 +67,11 @@ pq2_status pq2_view_of_weights(pq2_view *v, const char *fn, const char *what, co
     if (w->data == NULL)
         return pq2_set_error(PQ2_ERR_NULL_POINTER, "%s: %sweights->data is NULL", fn, what);
     PQ2_CHECK(pq2_view_init(v, fn, what, w->layout, w->n, w->k, w->rt));
+    if (w->bytes < v->bytes)
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: %sweights->bytes=%zu, the %s layout of n=%" PRId64 " k=%" PRId64
+                             " takes %zu",
+                             fn, what, w->bytes, pq2_layout_name(w->layout), w->n, w->k, v->bytes);
     v->data = (uint8_t *)(uintptr_t)w->data;
     return PQ2_OK;
 }

@@ -91,8 +91,9 @@ PQ2_API pq2_status pq2_dequantize_host(const pq2_weights *w, float *out, size_t 
     return pq2_ok();
 }
 
-PQ2_API pq2_status pq2_quantize_q8_host(const float *x, int64_t m, int64_t k, int8_t *q8,
-                                        float *scales, int32_t *sums)
+PQ2_API pq2_status pq2_quantize_q8_host(const float *x, size_t x_bytes, int64_t m, int64_t k,
+                                        int8_t *q8, size_t q8_bytes, float *scales,
+                                        size_t scales_bytes, int32_t *sums, size_t sums_bytes)
 {
     static const char fn[] = "pq2_quantize_q8_host";
     PQ2_CHECK_PTR(fn, x);
@@ -103,8 +104,12 @@ PQ2_API pq2_status pq2_quantize_q8_host(const float *x, int64_t m, int64_t k, in
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: k=%" PRId64 " is not a positive multiple of 128",
                              fn, k);
     PQ2_CHECK(check_rows(fn, "m", m, k));
+    const int64_t groups = m * (k / PQ2_BLOCK_WEIGHTS); /* rows are contiguous: groups run on */
+    PQ2_CHECK(pq2_check_buffer(fn, "x", x_bytes, (uint64_t)(m * k), sizeof(float)));
+    PQ2_CHECK(pq2_check_buffer(fn, "q8", q8_bytes, (uint64_t)(m * k), 1));
+    PQ2_CHECK(pq2_check_buffer(fn, "scales", scales_bytes, (uint64_t)groups, sizeof(float)));
+    PQ2_CHECK(pq2_check_buffer(fn, "sums", sums_bytes, (uint64_t)groups, sizeof(int32_t)));
 
-    int64_t groups = m * (k / PQ2_BLOCK_WEIGHTS); /* rows are contiguous: groups run on */
     for (int64_t gi = 0; gi < groups; gi++)
         quantize_group(x + (size_t)gi * PQ2_BLOCK_WEIGHTS, q8 + (size_t)gi * PQ2_BLOCK_WEIGHTS,
                        scales + gi, sums + gi);
@@ -115,7 +120,8 @@ PQ2_API pq2_status pq2_quantize_q8_host(const float *x, int64_t m, int64_t k, in
  * allocation; acc carries over between chunks through y, so the op order is unchanged. */
 #define PQ2_MATMUL_CHUNK_GROUPS 64
 
-PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, int64_t m, float *y)
+PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, size_t x_bytes, int64_t m,
+                                   float *y, size_t y_bytes)
 {
     static const char fn[] = "pq2_matmul_host";
     pq2_view v;
@@ -124,6 +130,8 @@ PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, int64_t
     PQ2_CHECK_PTR(fn, y);
     PQ2_CHECK(check_rows(fn, "m", m, v.k));
     PQ2_CHECK(check_rows(fn, "m", m, v.n));
+    PQ2_CHECK(pq2_check_buffer(fn, "x", x_bytes, (uint64_t)(m * v.k), sizeof(float)));
+    PQ2_CHECK(pq2_check_buffer(fn, "y", y_bytes, (uint64_t)(m * v.n), sizeof(float)));
 
     int8_t q8[PQ2_MATMUL_CHUNK_GROUPS * PQ2_BLOCK_WEIGHTS];
     float sx[PQ2_MATMUL_CHUNK_GROUPS];
