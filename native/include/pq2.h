@@ -226,19 +226,20 @@ PQ2_API pq2_status pq2_matmul_config_for(const pq2_weights *w, int64_t m, pq2_ma
 PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, int64_t m,
                                              const pq2_matmul_config *cfg, size_t *bytes);
 /* y[m][N] (y_dtype) = x[m][K] (x_dtype) . W^T with W in PLANES or TILES layout on the device.
- * Quantises x to Q8 inside the call (into the workspace), accumulates in fp32; m in
- * 1..PQ2_ROWBLOCK_MAX_M. No allocation, synchronisation or host<->device copy: safe to capture in
- * a CUDA graph. Deterministic: the same inputs and configuration give the same bits on every
- * run. Pointers 16-byte aligned (x, y, weights), workspace 256-byte aligned with at least
- * pq2_matmul_workspace_size() bytes; the workspace holds no state between calls.
- * Stream order (compute capability 9.0): the call's kernels are programmatic dependents of the
- * kernel before them, so they start streaming the WEIGHTS before that kernel has finished; x,
- * the workspace and y are ordered as usual (x may be prefetched into L2 early, which reads
- * nothing the call uses before that kernel has finished). Do not write the weights in the kernel
- * launched right before the call on the same stream; weights written earlier (by a copy, or by a
- * kernel with at least one other kernel after it before the call) are safe. pq2_matmul_q8_cuda's
- * matmul is such a dependent too (of the caller's kernel that made its Q8 operand, or of its own
- * small kernel), except after the memset that clears a split configuration's counters. */
+ * Quantises x to Q8 inside the call (into the workspace), accumulates in fp32; any m >= 1: the
+ * row-block family up to PQ2_ROWBLOCK_MAX_M, the GEMM family (TILES only) above. No allocation,
+ * synchronisation or host<->device copy: safe to capture in a CUDA graph. Deterministic: the same
+ * inputs and configuration give the same bits on every run. Pointers 16-byte aligned (x, y,
+ * weights), workspace 256-byte aligned with at least pq2_matmul_workspace_size() bytes; the
+ * workspace holds no state between calls. Stream order (compute capability 9.0): the call's kernels
+ * are programmatic dependents of the kernel before them, so they start streaming the WEIGHTS before
+ * that kernel has finished; x, the workspace and y are ordered as usual (x may be prefetched into
+ * L2 early, which reads nothing the call uses before that kernel has finished). Do not write the
+ * weights in the kernel launched right before the call on the same stream; weights written earlier
+ * (by a copy, or by a kernel with at least one other kernel after it before the call) are safe.
+ * pq2_matmul_q8_cuda's matmul is such a dependent too (of the caller's kernel that made its Q8
+ * operand, or of its own small kernel), except after the memset that clears a split configuration's
+ * counters. */
 PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *x, int32_t x_dtype, void *y,
                                    int32_t y_dtype, int64_t m, const pq2_matmul_config *cfg,
                                    void *workspace, size_t workspace_bytes, void *stream);
