@@ -1,26 +1,46 @@
 """The `pyq2` command line: repack, info, verify, demo.
 
-Exit status: 0 success, 1 error (one line `pyq2: error: ...` on stderr, no traceback), 2 usage.
-Set PYQ2_DEBUG=1 to get the traceback of an unexpected error.
+Exit status: 0 success, 1 error (one line `pyq2: error: ...` on stderr, no traceback), 2 usage,
+128 + N when signal N stopped it (130 for Ctrl-C, 143 for SIGTERM; one line `pyq2: error:
+interrupted (SIGTERM)`). A stopped repack leaves neither OUT nor a temporary file. Set
+PYQ2_DEBUG=1 to get the traceback of an unexpected error.
+
+Only light modules are imported here; the commands import the rest after main() has installed
+the signal handlers (pyq2.interrupts).
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 
-from . import layouts
-from .demo import run_demo
+from . import __version__, interrupts
+from .arch import PRESETS
 from .errors import FormatError, Pq2Error
-from .info import describe, format_info
-from .repack import repack
-from .verify import verify
 
 PROG = "pyq2"
+
+EPILOG = """\
+exit status: 0 success; 1 error or verify mismatch (one line "pyq2: error: ..."); 2 usage error;
+128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM), leaving no output and no temporary file.
+PYQ2_DEBUG=1 shows the traceback of an unexpected error.
+"""
+
+REPACK_DESCRIPTION = """\
+Convert every PQ2_0, PTQ1_0 and TQ2_0 tensor of IN to a resident layout; copy every other
+tensor and all metadata byte for byte.
+
+OUT appears complete or not at all. It is written in a temporary directory next to it,
+.OUT.pyq2-PID-XXXX.tmp, and moved into place at the end: without --force OUT must not exist,
+neither at the start nor at the end (of two runs racing for one OUT, one fails); with --force
+it is replaced, and a symlink stays a link to its file, which is replaced. A directory (or a
+name ending in /), device, FIFO or socket is refused, even with --force. A signal removes the
+temporary; the next run to OUT removes one that a killed run (SIGKILL) left, and says so.
+"""
 
 
 # ------------------------------------------------------------------------------ progress ----
@@ -54,17 +74,28 @@ class _Bar:
 # ------------------------------------------------------------------------------ commands ----
 
 
+def _notice(line: str) -> None:
+    print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+
+
 def _cmd_repack(args) -> int:
+    from .repack import repack
+
+    if args.output == "":
+        args.usage_error("-o/--output: the output path is empty")
+    if args.rt is not None and args.layout != "tiles":
+        args.usage_error(f"--rt applies to the tiles layout only, not --layout {args.layout}")
     bar = _Bar() if sys.stderr.isatty() else None
     try:
         summary = repack(
             args.input,
             args.output,
             layout=args.layout,
-            rt=args.rt,
             dry_run=args.dry_run,
             force=args.force,
             progress=bar,
+            notice=_notice,
+            **({} if args.rt is None else {"rt": args.rt}),
         )
     finally:
         if bar is not None:
@@ -74,6 +105,10 @@ def _cmd_repack(args) -> int:
 
 
 def _cmd_info(args) -> int:
+    import json
+
+    from .info import describe, format_info
+
     d = describe(args.file)
     if args.json:
         print(json.dumps(d, indent=1, default=str))
@@ -83,6 +118,8 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_verify(args) -> int:
+    from .verify import verify
+
     res = verify(args.original, args.repacked)
     if not res.ok:
         print(f"{PROG}: verify: MISMATCH: {res.message}", file=sys.stderr)
@@ -92,27 +129,73 @@ def _cmd_verify(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    res = run_demo(args.output)
+    from .demo import run_demo
+
+    res = run_demo(args.output, keep=args.keep)
     return 0 if res["verify"].ok else 1
 
 
+def _cmd_bench(args) -> int:
+    from .bench import run
+
+    return run(args)
+
+
+def version_lines() -> str:
+    """`pyq2 --version`: the package's version and the library's, or why it does not load."""
+    try:
+        from . import _native
+
+        ffi, lib = _native.load()
+        native = (
+            f"libpq2 {ffi.string(lib.pq2_version_string()).decode()}, "
+            f"ABI {lib.pq2_abi_version()}, {_native.library_path()}"
+        )
+    except Exception as e:  # the version prints whatever state the library is in
+        native = f"libpq2 not loaded: {e.message if isinstance(e, Pq2Error) else e}"
+    return f"{PROG} {__version__}\n{native}"
+
+
+class _VersionAction(argparse.Action):
+    """--version, resolved only when asked for (loading the library is not free)."""
+
+    def __init__(
+        self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help=None
+    ):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_lines())
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from . import layouts
+
     p = argparse.ArgumentParser(
         prog=PROG,
         description="PQ2_0 ternary weights: repack GGUF "
         "files into GPU layouts, inspect and verify them.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--version", action=_VersionAction, help="print the versions of pyq2 and libpq2")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
     r = sub.add_parser(
-        "repack", help="convert the PQ2_0/PTQ1_0/TQ2_0 weights of a GGUF file to a resident layout"
+        "repack",
+        help="convert the PQ2_0/PTQ1_0/TQ2_0 weights of a GGUF file to a resident layout",
+        description=REPACK_DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    r.set_defaults(usage_error=r.error)
     r.add_argument("input", metavar="IN.gguf")
     r.add_argument(
         "-o",
         "--output",
         metavar="OUT",
-        help="output file (default: IN with suffix .pyq2-<layout>.gguf)",
+        help="output file (default: IN with suffix .pyq2-<layout>.gguf); not a directory",
     )
     r.add_argument(
         "--layout",
@@ -124,14 +207,19 @@ def build_parser() -> argparse.ArgumentParser:
         "--rt",
         type=int,
         choices=layouts.TILE_RTS,
-        default=2,
-        help="16-row sub-tiles per tile of the tiles layout (default: 2, the fastest "
-        "for decode on the H200)",
+        help="tiles layout only: 16-row sub-tiles per tile (default: 2, the fastest for decode "
+        "on the H200); an error with another layout",
     )
     r.add_argument(
-        "--dry-run", action="store_true", help="check and convert everything, write nothing"
+        "--dry-run",
+        action="store_true",
+        help="check and convert everything, write nothing (an existing OUT is only noted)",
     )
-    r.add_argument("--force", action="store_true", help="overwrite an existing OUT")
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an existing OUT (a regular file, or a symlink to one)",
+    )
     r.set_defaults(func=_cmd_repack)
 
     i = sub.add_parser("info", help="summarise a GGUF file: metadata and tensor table")
@@ -153,9 +241,34 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         metavar="DIR",
-        help="directory for the demo files (default: a new temporary directory)",
+        help="directory for the demo files, which stay there (default: a new temporary "
+        "directory, removed at the end unless --keep)",
+    )
+    d.add_argument(
+        "--keep", action="store_true", help="keep the temporary directory and print its path"
     )
     d.set_defaults(func=_cmd_demo)
+
+    b = sub.add_parser(
+        "bench",
+        help="time a model's whole weight path on the GPU (tokens/s against the byte floor)",
+    )
+    src = b.add_mutually_exclusive_group(required=True)
+    src.add_argument("model", metavar="MODEL", nargs="?", help="a GGUF file (raw or repacked)")
+    src.add_argument(
+        "--synthetic",
+        metavar="PRESET",
+        choices=sorted(PRESETS),
+        help=f"random ternary weights of a preset's shapes ({', '.join(sorted(PRESETS))})",
+    )
+    b.add_argument("--ms", default="1,4,8,16", help="decode batch sizes (default 1,4,8,16)")
+    b.add_argument("--prompt", type=int, metavar="N", help="also time a prompt of N tokens")
+    b.add_argument("--replays", type=int, default=20, help="graph replays per timing")
+    b.add_argument(
+        "--no-fuse", action="store_true", help="run sibling projections as separate matmuls"
+    )
+    b.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    b.set_defaults(func=_cmd_bench)
     return p
 
 
@@ -169,7 +282,22 @@ def _describe_os_error(e: OSError) -> str:
     return f"{e.filename}: {what}" if e.filename else what
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (a usage error raises SystemExit(2)).
+
+    Signals are handled (pyq2.interrupts) for the whole call, handlers set up here are put back
+    at its end."""
+    owner = interrupts.install()
+    try:
+        return _run(argv)
+    except KeyboardInterrupt as e:
+        return interrupts.report(e, PROG)
+    finally:
+        if owner:
+            interrupts.uninstall()
+
+
+def _run(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
@@ -177,9 +305,6 @@ def main(argv=None) -> int:
         # `pyq2 info FILE | head`: the reader left; that is not an error of ours.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
-    except KeyboardInterrupt:
-        print(f"{PROG}: error: interrupted; nothing was written", file=sys.stderr)
-        return 1
     except (FormatError, Pq2Error, ValueError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 1

@@ -24,3 +24,15 @@ class FormatError(ValueError):
 
 class RepackError(ValueError):
     """A request pyq2 refuses: output equals input, output exists, bad layout, rt or backend."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """A signal (SIGINT, SIGTERM, SIGHUP, ...) stopped the work; signum says which.
+
+    A KeyboardInterrupt, so every `except KeyboardInterrupt` and `finally` on the way out (the
+    removal of a temporary file among them) treats it as Ctrl-C.
+    """
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum

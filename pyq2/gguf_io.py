@@ -1,14 +1,16 @@
-"""GGUF reading and streaming writing for pyq2: the file mechanics, on top of the `gguf` package.
+"""GGUF reading and streaming writing for pyq2: the file mechanics.
 
 The ggml types pyq2 adds to gguf live in pyq2.gguf_types (importing this module registers them);
-the pyq2.* keys of repacked files, and what they say about a weight, live in pyq2.metadata.
+the header parser and the limits a file is held to live in pyq2.gguf_header; the pyq2.* keys of
+repacked files, and what they say about a weight, live in pyq2.metadata.
 
 Reading (`open_gguf`)
-    GGUFReader memory-maps the file (np.memmap); tensor bytes are views of a second read-only
-    mmap, and `GGUFFile.release()` drops a tensor's pages from this process once it is written,
-    so resident memory stays near one tensor however large the file is. Malformed files raise
-    pyq2.errors.FormatError naming the problem: bad magic, truncation, unknown type id, a row
-    length that is not a whole number of blocks (K % 128 for PQ2_0), misaligned tensor offsets.
+    Only a regular file is opened (a FIFO, device or directory is refused before any read, so
+    nothing waits on a writer). The file is memory-mapped once; the header is parsed and checked
+    (gguf_header), values are decoded when asked for, and tensor bytes are read-only views of the
+    mapping. `GGUFFile.release()` drops the pages of bytes already used from this process, so
+    resident memory stays near one slice however large the file or its tensors are. Malformed
+    files raise pyq2.errors.FormatError naming the file and the problem.
 
 Writing (`write_gguf`)
     Header, key/values and tensor infos are written first, then each tensor's bytes are asked
@@ -23,19 +25,28 @@ from __future__ import annotations
 
 import mmap
 import os
+import stat
 import struct
 import tempfile
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType
+from gguf import GGUFValueType
 
 from . import metadata
 from .errors import FormatError
-from .gguf_types import F32, I8, PQ2_0, PTQ1_0, TQ2_0, block_size, type_name, type_nbytes
+from .gguf_header import (
+    DEFAULT_ALIGNMENT,
+    GGUF_MAGIC,
+    SCALAR_FORMATS,
+    KeyValue,
+    Tensor,
+    decode_value,
+    parse_header,
+)
+from .gguf_types import F32, I8, PQ2_0, PTQ1_0, TQ2_0, type_name, type_nbytes
 from .metadata import WeightInfo
 
 __all__ = [
@@ -46,6 +57,7 @@ __all__ = [
     "TQ2_0",
     "GGUFFile",
     "GGUFValueType",
+    "KeyValue",
     "OutTensor",
     "Tensor",
     "encode_kv",
@@ -54,8 +66,6 @@ __all__ = [
     "write_gguf",
 ]
 
-GGUF_MAGIC = b"GGUF"
-DEFAULT_ALIGNMENT = 32
 # Page faults map a window around the faulting page (fault-around, 64 KB by default), so bytes
 # just before a released range may be mapped again: release() drops this much before it too.
 RELEASE_BEHIND = 1 << 20
@@ -63,117 +73,34 @@ RELEASE_BEHIND = 1 << 20
 
 # --------------------------------------------------------------------------------- reading ----
 
-
-class _Truncated(Exception):
-    pass
-
-
-class _Reader(GGUFReader):
-    """GGUFReader that checks bounds and validates tensor infos before building tensors.
-
-    The stock reader silently returns short arrays past the end of the file and fails with bare
-    errors (IndexError, a reshape ValueError) that name no tensor; these overrides turn every
-    such case into a FormatError with the tensor name and the values. Arrays of scalars and
-    strings are parsed without the per-element recursion (same parts/data structure as the
-    stock reader), which makes a 262k-token vocabulary load in about a second instead of 15.
-    """
-
-    def _get(self, offset, dtype, count=1, override_order=None):
-        arr = super()._get(offset, dtype, count, override_order)
-        if len(arr) < int(count):
-            raise _Truncated(
-                f"needs {int(count) * arr.itemsize} bytes at offset {offset}, "
-                f"the file has {len(self.data)}"
-            )
-        return arr
-
-    def _get_field_parts(self, orig_offs, raw_type):
-        if raw_type != GGUFValueType.ARRAY or self.byte_order != "I":
-            return super()._get_field_parts(orig_offs, raw_type)
-        itype = self._get(orig_offs, np.uint32)
-        alen = self._get(orig_offs + 4, np.uint64)
-        sub = GGUFValueType(int(itype[0]))
-        n = int(alen[0])
-        offs = orig_offs + 12
-        parts: list = [itype, alen]
-        types = [GGUFValueType.ARRAY] + ([sub] if n else [])
-        nptype = self.gguf_scalar_to_np.get(sub)
-        if nptype is not None:
-            size = np.dtype(nptype).itemsize
-            if offs + n * size > len(self.data):
-                raise _Truncated(
-                    f"array of {n} {sub.name} at offset {offs} runs past the end "
-                    f"of the file ({len(self.data)} bytes)"
-                )
-            whole = self._get(offs, nptype, n)
-            parts += [whole[i : i + 1] for i in range(n)]
-            return 12 + n * size, parts, list(range(2, 2 + n)), types
-        if sub == GGUFValueType.STRING:
-            plain = self.data.view(np.ndarray)
-            end = len(plain)
-            data = []
-            for _ in range(n):
-                if offs + 8 > end:
-                    raise _Truncated(f"string length at offset {offs} is past the end of the file")
-                slen = plain[offs : offs + 8].view(np.uint64)
-                ln = int(slen[0])
-                if offs + 8 + ln > end:
-                    raise _Truncated(
-                        f"string of {ln} bytes at offset {offs} runs past the end "
-                        f"of the file ({end} bytes)"
-                    )
-                parts.append(slen)
-                parts.append(plain[offs + 8 : offs + 8 + ln])
-                data.append(len(parts) - 1)
-                offs += 8 + ln
-            return offs - orig_offs, parts, data, types
-        return super()._get_field_parts(orig_offs, raw_type)
-
-    def _build_tensors(self, start_offs, fields):
-        file_size = len(self.data)
-        for field in fields:
-            _, name_data, _, dims, raw_dtype, offset_tensor = field.parts
-            name = bytes(name_data).decode("utf-8", errors="replace")
-            type_id = int(raw_dtype[0])
-            ne = [int(d) for d in dims]
-            sizes = block_size(type_id)
-            if sizes is None:
-                raise FormatError(f"tensor '{name}': unknown ggml type id {type_id}")
-            block = sizes[0]
-            if ne and ne[0] % block:
-                what = " (K must be a multiple of 128)" if type_id in (PQ2_0, PTQ1_0) else ""
-                raise FormatError(
-                    f"tensor '{name}' ({type_name(type_id)}): K = {ne[0]} is not a "
-                    f"multiple of the {block}-weight block{what}"
-                )
-            rel = int(offset_tensor[0])
-            if rel % self.alignment:
-                raise FormatError(
-                    f"tensor '{name}': data offset {rel} is not a multiple of the "
-                    f"alignment {self.alignment}"
-                )
-            nbytes = type_nbytes(type_id, ne)
-            end = start_offs + rel + nbytes
-            if end > file_size:
-                raise FormatError(
-                    f"file is truncated: tensor '{name}' ends at byte {end} but "
-                    f"the file has {file_size} bytes"
-                )
-        super()._build_tensors(start_offs, fields)
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
-@dataclass(frozen=True)
-class Tensor:
-    name: str
-    type_id: int
-    ne: tuple[int, ...]  # gguf order: ne[0] is the innermost (K for a weight matrix)
-    nbytes: int
-    offset: int  # absolute byte offset in the file
-    index: int
+def _check_regular(path: str, mode: int) -> None:
+    if stat.S_ISREG(mode):
+        return
+    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+    raise FormatError(f"{path} is {kind}: pyq2 reads GGUF files from regular files only")
 
-    @property
-    def type_name(self) -> str:
-        return type_name(self.type_id)
+
+def _open_regular(path: str) -> int:
+    """A read-only descriptor of the regular file at path. The type is checked before the open
+    (opening a FIFO for reading would wait for a writer) and again on the descriptor, in case
+    the path changed in between; O_NONBLOCK keeps even that open from waiting."""
+    _check_regular(path, os.stat(path).st_mode)  # OSError (missing, no access) to the caller
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        _check_regular(path, os.fstat(fd).st_mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 class GGUFFile:
@@ -181,61 +108,40 @@ class GGUFFile:
 
     def __init__(self, path):
         self.path = os.fspath(path)
-        size = os.path.getsize(self.path)  # OSError (missing, unreadable) goes to the caller
-        with open(self.path, "rb") as f:
-            head = f.read(8)
-        if len(head) < 4 or head[:4] != GGUF_MAGIC:
-            raise FormatError(
-                f"{self.path}: not a GGUF file (magic {head[:4]!r}, expected {GGUF_MAGIC!r})"
-                if head
-                else f"{self.path}: empty file"
-            )
+        self._mm: mmap.mmap | None = None
+        self._fd = _open_regular(self.path)
         try:
-            r = _Reader(self.path, "r")
-        except FormatError as e:
-            raise FormatError(f"{self.path}: {e}") from None
-        except _Truncated as e:
-            raise FormatError(f"{self.path}: file is truncated: {e}") from None
-        except (ValueError, IndexError, KeyError, OverflowError, UnicodeDecodeError) as e:
-            raise FormatError(f"{self.path}: not a valid GGUF file: {e}") from None
-        self._reader: _Reader | None = r
-        if r.byte_order != "I":
-            raise FormatError(f"{self.path}: big-endian GGUF files are not supported")
-        self.size = size
-        self.version = int(r.fields["GGUF.version"].parts[0][0])
-        self.alignment = int(r.alignment)
-        self.data_offset = int(r.data_offset)
-        # The reader's first three fields are the header, not key/values.
-        self.fields: OrderedDict[str, Any] = OrderedDict(
-            (k, v) for i, (k, v) in enumerate(r.fields.items()) if i >= 3
-        )
-        self.tensors: list[Tensor] = [
-            Tensor(
-                t.name,
-                int(t.tensor_type),
-                tuple(int(d) for d in t.shape),
-                int(t.n_bytes),
-                int(t.data_offset),
-                i,
-            )
-            for i, t in enumerate(r.tensors)
-        ]
+            self.size = os.fstat(self._fd).st_size
+            head = os.pread(self._fd, 8, 0)
+            if len(head) < 4 or head[:4] != GGUF_MAGIC:
+                raise FormatError(
+                    f"{self.path}: not a GGUF file (magic {head[:4]!r}, expected {GGUF_MAGIC!r})"
+                    if head
+                    else f"{self.path}: empty file"
+                )
+            self._mm = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
+            header = parse_header(self._mm, self.size, self.path)
+        except BaseException:
+            self.close()
+            raise
+        self.version = header.version
+        self.alignment = header.alignment
+        self.data_offset = header.data_offset
+        self.fields: dict[str, KeyValue] = header.kvs
+        self.tensors: list[Tensor] = header.tensors
         self._by_name = {t.name: t for t in self.tensors}
-        self._file = open(self.path, "rb")
-        self._mm: mmap.mmap | None = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
 
     # -- lifetime --
     def close(self) -> None:
-        mm, self._mm = getattr(self, "_mm", None), None
+        mm, self._mm = self._mm, None
         if mm is not None:
             try:
                 mm.close()
             except BufferError:
                 pass  # a caller still holds a tensor view; the mapping goes with it
-        f = getattr(self, "_file", None)
-        if f is not None:
-            f.close()
-        self._reader = None
+        fd, self._fd = getattr(self, "_fd", -1), -1
+        if fd >= 0:
+            os.close(fd)
 
     def _mapping(self) -> mmap.mmap:
         if self._mm is None:
@@ -256,29 +162,27 @@ class GGUFFile:
         return key in self.fields
 
     def value_type(self, key: str) -> GGUFValueType:
-        return self.fields[key].types[0]
+        return self.fields[key].vtype
 
     def array_type(self, key: str) -> GGUFValueType | None:
-        types = self.fields[key].types
-        return types[-1] if types[0] == GGUFValueType.ARRAY and len(types) > 1 else None
+        """The element type of a non-empty array (None for an empty one)."""
+        kv = self.fields[key]
+        return kv.item_type if kv.count else None
 
     def array_len(self, key: str) -> int:
-        return len(self.fields[key].data)
+        return self.fields[key].count
 
-    def value(self, key: str, default=None):
-        """Python value of a key (str, int, float, bool, or list for arrays)."""
-        field = self.fields.get(key)
-        if field is None:
+    def value(self, key: str, default=None) -> Any:
+        """Python value of a key (str, int, float, bool, or list for arrays), read when asked."""
+        kv = self.fields.get(key)
+        if kv is None:
             return default
-        if field.types[0] == GGUFValueType.ARRAY and len(field.types) == 1:
-            return []
-        return field.contents()
+        return decode_value(self._mapping(), kv)
 
     def kv_record(self, key: str) -> bytes:
         """The complete key/value record (key, type, value) exactly as stored."""
-        field = self.fields[key]
-        size = sum(int(p.nbytes) for p in field.parts)
-        return self._mapping()[field.offset : field.offset + size]
+        kv = self.fields[key]
+        return self._mapping()[kv.offset : kv.offset + kv.size]
 
     # -- tensors --
     def tensor(self, name: str) -> Tensor:
@@ -303,8 +207,16 @@ class GGUFFile:
             self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
 
     def weight_info(self, t: Tensor) -> WeightInfo | None:
-        """Describe a PQ2-family weight, or None for any other tensor (see pyq2.metadata)."""
-        return metadata.weight_info(self, t.name, t.type_id, t.ne)
+        """Describe a PQ2-family weight, or None for any other tensor (see pyq2.metadata).
+        FormatError names the file and the tensor when its shape cannot be a weight's."""
+        info = metadata.weight_info(self, t.name, t.type_id, t.ne)
+        if info is not None and (info.k < 1 or info.n < 1):
+            raise FormatError(
+                f"{self.path}: tensor '{t.name}' ({type_name(info.source_type)}, "
+                f"{info.layout}) has shape {list(info.ne)}: a weight needs K >= 128 and "
+                f"at least one row"
+            )
+        return info
 
     def validate_weight_bytes(self, t: Tensor, info: WeightInfo, expected: int) -> None:
         if t.nbytes != expected:
@@ -319,20 +231,6 @@ def open_gguf(path) -> GGUFFile:
 
 
 # --------------------------------------------------------------------------------- writing ----
-
-_SCALAR_FORMATS = {
-    GGUFValueType.UINT8: "<B",
-    GGUFValueType.INT8: "<b",
-    GGUFValueType.UINT16: "<H",
-    GGUFValueType.INT16: "<h",
-    GGUFValueType.UINT32: "<I",
-    GGUFValueType.INT32: "<i",
-    GGUFValueType.FLOAT32: "<f",
-    GGUFValueType.UINT64: "<Q",
-    GGUFValueType.INT64: "<q",
-    GGUFValueType.FLOAT64: "<d",
-    GGUFValueType.BOOL: "<?",
-}
 
 
 def _pack_string(s) -> bytes:
@@ -353,13 +251,13 @@ def encode_kv(
         out.append(struct.pack("<IQ", int(sub_type), len(value)))
         if sub_type == GGUFValueType.STRING:
             out += [_pack_string(v) for v in value]
-        elif sub_type in _SCALAR_FORMATS:
-            dtype = np.dtype(_SCALAR_FORMATS[sub_type].replace("?", "b1"))
+        elif sub_type in SCALAR_FORMATS:
+            dtype = np.dtype(SCALAR_FORMATS[sub_type].replace("?", "b1"))
             out.append(np.asarray(value, dtype=dtype).tobytes())
         else:
             raise ValueError(f"{key}: unsupported array element type {sub_type!r}")
-    elif vtype in _SCALAR_FORMATS:
-        out.append(struct.pack(_SCALAR_FORMATS[vtype], value))
+    elif vtype in SCALAR_FORMATS:
+        out.append(struct.pack(SCALAR_FORMATS[vtype], value))
     else:
         raise ValueError(f"{key}: unsupported value type {vtype!r}")
     return b"".join(out)

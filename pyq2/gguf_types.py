@@ -10,11 +10,11 @@ tables.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from enum import IntEnum
 from typing import TypeVar
 
-import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
 from . import formats
@@ -98,5 +98,4 @@ def block_size(type_id: int) -> tuple[int, int] | None:
 def type_nbytes(type_id: int, ne: Sequence[int]) -> int:
     """Bytes of a tensor of logical shape ne (gguf order, ne[0] innermost)."""
     block, size = GGML_QUANT_SIZES[GGMLQuantizationType(type_id)]
-    n = int(np.prod(ne, dtype=np.int64)) if len(ne) else 1
-    return n // block * size
+    return math.prod(ne) // block * size  # exact Python integers: no overflow

@@ -198,12 +198,22 @@ class PQ2Weights:
         )
         return out
 
-    def get_rows(self, ids, out_dtype=None, rotation: DeviceRotation | None = None, stream=None):
-        """[len(ids), k]: rows ids (int32 cuda tensor) dequantised, then the inverse rotation."""
+    def get_rows(
+        self, ids, out_dtype=None, rotation: DeviceRotation | None = None, stream=None, out=None
+    ):
+        """[len(ids), k]: rows ids (int32 cuda tensor) dequantised, then the inverse rotation
+        (into out when given)."""
         torch = _torch()
         ffi, lib = _native.load()
         ids = ids.to(torch.int32).contiguous()
-        out = torch.empty(ids.numel(), self.k, dtype=out_dtype or torch.float32, device=ids.device)
+        if out is None:
+            out = torch.empty(
+                ids.numel(), self.k, dtype=out_dtype or torch.float32, device=ids.device
+            )
+        elif tuple(out.shape) != (ids.numel(), self.k) or not out.is_contiguous():
+            raise ValueError(
+                f"out has shape {tuple(out.shape)}; expected [{ids.numel()}, {self.k}]"
+            )
         _native.check(
             lib.pq2_get_rows_cuda(
                 self.struct(),

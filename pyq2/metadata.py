@@ -25,11 +25,11 @@ WeightInfo) and `key_values` (the keys a repacked file gets). pyq2.gguf_io reads
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import numpy as np
 from gguf import GGUFValueType
 
 from . import layouts
@@ -75,7 +75,7 @@ def tensor_key(tensor_name: str, attr: str) -> str:
 
 
 def _rows(ne: tuple[int, ...]) -> int:
-    return int(np.prod(ne[1:], dtype=np.int64)) if len(ne) > 1 else 1
+    return math.prod(ne[1:])  # exact Python integers: a crafted shape cannot overflow
 
 
 def weight_info(kv: KeyValues, name: str, type_id: int, ne: tuple[int, ...]) -> WeightInfo | None:

@@ -3,11 +3,13 @@
 Every PQ2_0 tensor, every PTQ1_0 and TQ2_0 tensor (both first turned into PQ2_0 blocks, which is
 lossless) and every weight an earlier pyq2 run repacked is converted to the requested layout
 ("raw", "planes" or "tiles"; pyq2.metadata says how planes/tiles weights are stored). All other
-tensors and all metadata pass through byte for byte. The file is streamed: weights are read,
-checked and converted in slices of rows, other tensors copied in chunks, and every piece is
-written and dropped before the next is read, into a temporary file that replaces OUT only when
-complete. Peak memory is therefore a few slices (tools/repack_memory.py measures it), whatever the
-size of the model or of its largest tensor.
+tensors and all metadata pass through byte for byte (key/values as the raw bytes of their
+records). The file is streamed: weights are read, checked and converted in slices of rows,
+whatever layout they are stored in, other tensors copied in chunks, and every piece is written
+and dropped before the next is read, into a temporary file that replaces OUT only when complete.
+Peak memory is therefore a few slices plus the scale region of the largest weight (1/17 of its
+bytes, kept until its code region is written), whatever the size of the model
+(tools/bench/repack_memory.py measures it).
 
 pyq2.verify proves a repacked file holds the same weights as its source.
 """
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import formats, gguf_io, layouts, metadata, weight_io
+from . import formats, gguf_io, layouts, metadata, output, weight_io
 from .errors import FormatError, RepackError
 from .gguf_io import GGUFFile, OutTensor, Tensor
 from .gguf_types import I8, PQ2_0
@@ -45,6 +47,8 @@ class Summary:
     bytes_in: int = 0
     bytes_out: int = 0
     seconds: float = 0.0
+    out_exists: bool = False  # OUT existed when the run began (a dry run notes it)
+    force: bool = False
 
     @property
     def mb_per_s(self) -> float:
@@ -55,7 +59,12 @@ class Summary:
 
     def line(self) -> str:
         what = "would write" if self.dry_run else "wrote"
-        layout = f"{self.layout} rt={self.rt}" if self.layout == "tiles" else self.layout
+        if not self.converted:
+            layout = "nothing to convert: no PQ2_0, PTQ1_0 or TQ2_0 tensors"
+        else:
+            layout = f"{self.layout} rt={self.rt}" if self.layout == "tiles" else self.layout
+        if self.dry_run and self.out_exists:
+            layout += "; it exists: " + ("--force replaces it" if self.force else "needs --force")
         return (
             f"{what} {self.out_path} ({layout}): {self.converted} tensors converted, "
             f"{self.passed} passed through; {self.bytes_in / 1e6:.1f} MB in, "
@@ -77,7 +86,9 @@ def convert_weight(
     """
     g = info.k // formats.PQ2_BLOCK_WEIGHTS
     row_bytes = formats.pq2_matrix_bytes(1, info.k)
-    rows = weight_io.slice_rows(info.k, layouts.tile_rows(layout, rt))
+    rows = weight_io.slice_rows(
+        info.k, layouts.tile_rows(layout, rt), weight_io.stored_tile_rows(info)
+    )
     scale_parts = []
     for r0, raw in raw_slices(backend, gf, t, info, rows):
         formats.check_scales(raw, blocks_per_row=g, tensor=t.name, first_row=r0)
@@ -102,18 +113,25 @@ def default_out_path(in_path, layout: str) -> Path:
     return p.with_name(f"{stem}.pyq2-{layout}.gguf")
 
 
-def _check_paths(in_path: str, out_path: str, force: bool) -> None:
+def _check_paths(in_path: str, out_path: str, force: bool, dry_run: bool, layout: str) -> bool:
+    """Refuse a request that cannot be written (pyq2.output.check_output says what OUT may be);
+    returns whether OUT exists."""
     if not os.path.exists(in_path):
         raise FileNotFoundError(2, "No such file or directory", in_path)
+    if not out_path:
+        raise RepackError("the output path is empty; give -o a file name")
     same = os.path.realpath(in_path) == os.path.realpath(out_path)
     if not same and os.path.exists(out_path):
         same = os.path.samefile(in_path, out_path)
     if same:
         raise RepackError(f"output {out_path} is the input file; choose another -o")
-    if os.path.isdir(out_path):
-        raise RepackError(f"output {out_path} is a directory")
-    if os.path.lexists(out_path) and not force:
-        raise RepackError(f"output {out_path} exists (use --force to overwrite)")
+    if out_path.endswith(os.sep) or os.path.isdir(out_path):
+        what = "is" if os.path.isdir(out_path) else "names"
+        example = os.path.join(out_path, default_out_path(in_path, layout).name)
+        raise RepackError(
+            f"output {out_path} {what} a directory; -o names the file, e.g. {example}"
+        )
+    return output.check_output(out_path, force, dry_run)
 
 
 def _weight_plan(
@@ -144,8 +162,14 @@ def repack(
     force: bool = False,
     progress: Progress | None = None,
     backend: str = "auto",
+    notice: output.Notice | None = None,
 ) -> Summary:
-    """Convert every PQ2-family weight of IN to `layout` and write OUT (see the module doc)."""
+    """Convert every PQ2-family weight of IN to `layout` and write OUT (see the module doc).
+
+    OUT is written through pyq2.output.atomic_output: it appears complete or not at all; without
+    `force` an existing OUT is refused, even one that appears while the repack runs. `notice`
+    receives one line per stale temporary of an interrupted earlier run that is removed.
+    """
     t0 = time.perf_counter()
     if layout not in layouts.LAYOUT_NAMES:
         raise RepackError(
@@ -161,9 +185,11 @@ def repack(
     if out_path is None:
         out_path = default_out_path(in_path, layout)
     out_path = os.fspath(out_path)
-    _check_paths(in_path, out_path, force)
+    out_exists = _check_paths(in_path, out_path, force, dry_run, layout)
     ops = Backend(backend)
-    summary = Summary(in_path, out_path, layout, rt, dry_run, ops.name)
+    summary = Summary(
+        in_path, out_path, layout, rt, dry_run, ops.name, out_exists=out_exists, force=force
+    )
 
     with gguf_io.open_gguf(in_path) as gf:
         # (source tensor, WeightInfo or None for a pass-through tensor, OutTensor)
@@ -211,9 +237,15 @@ def repack(
                         del chunk
                 summary.bytes_out = gguf_io.file_size(records, outs, gf.alignment, gf.version)
             else:
-                summary.bytes_out = gguf_io.write_gguf(
-                    out_path, records, outs, tensor_data, alignment=gf.alignment, version=gf.version
-                )
+                with output.atomic_output(out_path, force, notice) as staged:
+                    summary.bytes_out = gguf_io.write_gguf(
+                        staged,
+                        records,
+                        outs,
+                        tensor_data,
+                        alignment=gf.alignment,
+                        version=gf.version,
+                    )
         except FormatError as e:
             if not str(e).startswith(gf.path):
                 raise FormatError(f"{gf.path}: {e}") from None

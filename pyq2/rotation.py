@@ -71,6 +71,12 @@ class Rotation:
                 f"rotation contract: {PREFIX}{key} = {shown} is not a {kind.__name__}"
             )
 
+        def ints(key: str) -> list[int]:
+            v = get(key, list)
+            if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in v):
+                raise FormatError(f"rotation contract: {PREFIX}{key} holds non-integer values")
+            return [int(x) for x in v]
+
         version = get("version", int)
         if version not in VERSIONS:
             raise FormatError(
@@ -94,8 +100,8 @@ class Rotation:
             )
         signs: dict[int, np.ndarray] = {}
         if mode == "explicit":
-            widths = [int(w) for w in get("sign_widths", list)]
-            values = np.asarray(get("sign_values", list), dtype=np.int64)
+            widths = ints("sign_widths")
+            values = np.asarray(ints("sign_values"), dtype=np.int64)
             bad = [w for w in widths if w <= 0 or w % block]
             if bad:
                 raise FormatError(

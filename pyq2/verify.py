@@ -3,7 +3,9 @@
 Every PQ2-family weight of both files is decoded to raw PQ2_0 blocks, whatever its stored type
 or layout, and compared code for code and scale for scale; every other tensor is compared byte
 for byte, and so is every key/value outside pyq2's own (pyq2.metadata). The first difference is
-reported by tensor, row and column (or block, for a scale).
+reported by tensor, row and column (or block, for a scale). Both files are read a slice of rows
+(weights) or a chunk (other tensors) at a time and the pages read are dropped, so memory stays
+near a few slices whatever the size of the files.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from . import gguf_io, weight_io
 from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS, pq2_unpack
 from .gguf_io import GGUFFile, Tensor
 from .metadata import KEY_PREFIX
-from .weight_io import Backend, raw_slices, stored_bytes
+from .weight_io import Backend, raw_slices, stored_bytes, stored_tile_rows
 
 
 @dataclass
@@ -121,9 +123,10 @@ def verify(original, repacked, backend: str = "auto") -> VerifyResult:
                 return fail(f"tensor '{ta.name}': logical shape {list(wa.ne)} vs {list(wb.ne)}")
             fa.validate_weight_bytes(ta, wa, stored_bytes(wa))
             fb.validate_weight_bytes(tb, wb, stored_bytes(wb))
-            rows = weight_io.slice_rows(wa.k)
+            # The same rows from both files (the shapes are equal), on the tiles of both.
+            rows = weight_io.slice_rows(wa.k, stored_tile_rows(wa), stored_tile_rows(wb))
             slices_a = raw_slices(ops, fa, ta, wa, rows)
-            slices_b = raw_slices(ops, fb, tb, wb, rows)  # same rows: the shapes are equal
+            slices_b = raw_slices(ops, fb, tb, wb, rows)
             for (r0, ra), (_, rb) in zip(slices_a, slices_b, strict=True):
                 if not np.array_equal(ra, rb):
                     return fail(

@@ -2,7 +2,8 @@
 
 A weight may be stored as PQ2_0, PTQ1_0 or TQ2_0 blocks, or in a layout an earlier repack wrote
 (pyq2.metadata). `raw_slices` turns any of them into raw PQ2_0 blocks, a slice of rows at a time,
-and drops the pages it has read, so memory stays near one slice whatever the size of the tensor.
+and drops the pages it has read, so memory stays near one slice whatever the size of the tensor,
+whichever the stored layout.
 
 The conversions run in libpq2 when it loads (pyq2.host) and in numpy otherwise (pyq2.layouts,
 pyq2.formats): `Backend` makes that choice once; both produce the same bytes.
@@ -10,6 +11,7 @@ pyq2.formats): `Backend` makes that choice once; both produce the same bytes.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -20,7 +22,7 @@ from .gguf_io import GGUFFile, Tensor
 from .gguf_types import PTQ1_0, TQ2_0, type_nbytes
 from .metadata import WeightInfo
 
-PASS_CHUNK = 64 << 20  # bytes of a pass-through tensor copied (and released) at a time
+PASS_CHUNK = 16 << 20  # bytes of a pass-through tensor copied or compared (then released) at a time
 CONVERT_CHUNK = 16 << 20  # raw PQ2_0 bytes of a weight converted at a time
 
 BACKENDS = ("auto", "native", "numpy")
@@ -55,10 +57,11 @@ class Backend:
             self.convert = layouts.convert
             self.ptq1_to_pq2, self.tq2_to_pq2 = formats.ptq1_to_pq2, formats.tq2_to_pq2
 
-    def to_raw(self, src: np.ndarray, info: WeightInfo) -> np.ndarray:
-        """PQ2_0 raw blocks of a weight (or of a slice of its rows) in any stored form."""
+    def to_raw(self, src: np.ndarray, info: WeightInfo, rows: int) -> np.ndarray:
+        """PQ2_0 raw blocks of `rows` rows of a weight in its stored form (raw_slices says
+        what a slice of a planes or tiles weight holds)."""
         if info.layout != "raw":
-            return self.convert(src, info.n, info.k, info.layout, "raw", info.rt, 0)
+            return self.convert(src, rows, info.k, info.layout, "raw", info.rt, 0)
         if info.source_type == PTQ1_0:
             return self.ptq1_to_pq2(src)
         if info.source_type == TQ2_0:
@@ -73,11 +76,18 @@ def stored_bytes(info: WeightInfo) -> int:
     return type_nbytes(info.source_type, info.ne)
 
 
-def slice_rows(k: int, multiple: int = 1) -> int:
-    """Rows of a K-wide weight to convert at a time: about CONVERT_CHUNK bytes of raw PQ2_0,
-    a multiple of `multiple` (the tile height of the layout written), at least one multiple."""
+def stored_tile_rows(info: WeightInfo) -> int:
+    """Rows per tile of the layout a weight is stored in: a slice read from it starts at a
+    multiple of this (1 for raw-family and planes weights)."""
+    return layouts.tile_rows(info.layout, info.rt)
+
+
+def slice_rows(k: int, *multiples: int) -> int:
+    """Rows of a K-wide weight to convert at a time: about CONVERT_CHUNK bytes of raw PQ2_0, a
+    multiple of every one of `multiples` (the tile heights of the layouts read and written)."""
+    m = math.lcm(1, *multiples)
     row_bytes = formats.pq2_matrix_bytes(1, k)
-    return max(multiple, CONVERT_CHUNK // row_bytes // multiple * multiple)
+    return max(m, CONVERT_CHUNK // row_bytes // m * m)
 
 
 def raw_slices(
@@ -85,21 +95,34 @@ def raw_slices(
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Yield (first row, PQ2_0 raw bytes of up to `rows` rows) over the whole weight t.
 
-    A raw-family source (PQ2_0, PTQ1_0, TQ2_0) is read and converted one slice at a time, and
-    its pages are dropped after each. A planes/tiles source (a repacked file being repacked
-    again) is turned into raw bytes whole, since its rows are not contiguous.
+    Each slice is read, converted and its pages dropped before the next is read, so memory
+    stays near one slice whatever the size of the tensor. A raw-family source (PQ2_0, PTQ1_0,
+    TQ2_0) stores its rows one after another. A planes/tiles source stores a slice that starts
+    at a multiple of its tile height as one piece of its code region and one of its scale
+    region (FORMATS.md, "Slices"), so `rows` must be a multiple of stored_tile_rows(info).
     """
-    row_bytes = formats.pq2_matrix_bytes(1, info.k)
-    if info.layout != "raw":
-        raw = backend.to_raw(gf.data(t), info)
-        gf.release(t)
+    if info.layout == "raw":
+        src_row = type_nbytes(info.source_type, (info.k,))
         for r0 in range(0, info.n, rows):
-            yield r0, raw[r0 * row_bytes : min(r0 + rows, info.n) * row_bytes]
+            r1 = min(r0 + rows, info.n)
+            src = gf.data(t, r0 * src_row, r1 * src_row)
+            yield r0, backend.to_raw(src, info, r1 - r0)
+            del src
+            gf.release(t, r0 * src_row, r1 * src_row)
         return
-    src_row = type_nbytes(info.source_type, (info.k,))
+    tr = stored_tile_rows(info)
+    if rows % tr:
+        raise ValueError(f"slices of {rows} rows do not start on {info.layout} tiles of {tr} rows")
+    scale_start, _ = layouts.region_bytes(info.layout, info.n, info.k, info.rt)
+    g = info.k // formats.PQ2_BLOCK_WEIGHTS
+    code_row, scale_row = g * formats.PQ2_BLOCK_WEIGHTS // 4, g * 2  # per row: 2-bit codes, fp16
     for r0 in range(0, info.n, rows):
         r1 = min(r0 + rows, info.n)
-        src = gf.data(t, r0 * src_row, r1 * src_row)
-        yield r0, backend.to_raw(src, info)
-        del src
-        gf.release(t, r0 * src_row, r1 * src_row)
+        stored_r1 = -(-r1 // tr) * tr  # the last slice takes the padding rows of its tile
+        codes = (r0 * code_row, stored_r1 * code_row)
+        scales = (scale_start + r0 * scale_row, scale_start + stored_r1 * scale_row)
+        piece = np.concatenate([gf.data(t, *codes), gf.data(t, *scales)])
+        gf.release(t, *codes)
+        gf.release(t, *scales)
+        yield r0, backend.to_raw(piece, info, r1 - r0)
+        del piece

@@ -158,6 +158,41 @@ def test_row_slices_give_whole_tensor_bytes(tmp_path, monkeypatch, layout, rt, k
         assert got[name][2] == want.tobytes(), name
 
 
+STORED = [("planes", 0), ("tiles", 1), ("tiles", 4)]
+
+
+@pytest.mark.parametrize("dst,dst_rt", [("raw", 0), ("planes", 0), ("tiles", 2), ("tiles", 4)])
+@pytest.mark.parametrize("src,src_rt", STORED, ids=["planes", "tiles-rt1", "tiles-rt4"])
+def test_repacked_source_is_read_in_slices(tmp_path, monkeypatch, src, src_rt, dst, dst_rt):
+    """A planes/tiles source is read a slice of whole tiles at a time, never whole, and the
+    slices give the bytes of one whole conversion."""
+    weights = [("w.a", "PQ2_0", 512, 200), ("w.b", "PQ2_0", 256, 1), ("w.c", "PQ2_0", 768, 129)]
+    raw_src, stored, out = tmp_path / "m.gguf", tmp_path / "s.gguf", tmp_path / "o.gguf"
+    raws = write_model(raw_src, np.random.default_rng(8), weights=weights)
+    repack(raw_src, stored, layout=src, rt=src_rt)
+    monkeypatch.setattr(pyq2.weight_io, "CONVERT_CHUNK", 1)  # one tile of 64 rows at most
+    asked = []
+    data = gguf_io.GGUFFile.data
+
+    def spy(self, t, start=0, stop=None):
+        view = data(self, t, start, stop)
+        asked.append((t.name, view.nbytes))
+        return view
+
+    monkeypatch.setattr(gguf_io.GGUFFile, "data", spy)
+    repack(stored, out, layout=dst, rt=dst_rt)
+    assert verify(stored, out).ok and verify(out, stored).ok
+    for name, _, k, n in weights:
+        # at most 64 rows of codes, of scales or of raw blocks: a slice, not the tensor
+        largest = max(size for t, size in asked if t == name)
+        assert largest <= 64 * k // 128 * 34, name
+        assert n < 64 or largest < layouts.layout_bytes(src, n, k, src_rt) // 2, name
+    got = tensors_of(out)
+    for name, _, k, n in weights:
+        want = layouts.convert(np.frombuffer(raws[name], np.uint8), n, k, "raw", dst, 0, dst_rt)
+        assert got[name][2] == want.tobytes(), name
+
+
 def test_other_tensors_and_metadata_pass_through(tmp_path, model):
     src, _ = model
     out = tmp_path / "o.gguf"
@@ -420,6 +455,21 @@ def test_inconsistent_pyq2_metadata(tmp_path, model):
         repack(bad, tmp_path / "o.gguf")
 
 
+@pytest.mark.parametrize("shape", [[0, 100], [256, 0], [-128, 100]], ids=["k0", "n0", "k-neg"])
+def test_pyq2_shape_that_is_no_weight_names_file_and_tensor(tmp_path, model, shape):
+    src, _ = model
+    bad = planes_with_key(
+        src,
+        tmp_path,
+        "pyq2.tensor.blk.0.attn_q.weight.shape",
+        lambda k: gguf_io.encode_kv(k, V.ARRAY, shape, V.INT64),
+    )
+    with pytest.raises(
+        FormatError, match=rf"^{bad}: tensor 'blk.0.attn_q.weight' .*a weight needs"
+    ):
+        repack(bad, tmp_path / "o.gguf")
+
+
 # A newer version needs a newer pyq2; version 1 stored the tiles lanes in another order, so
 # reading it as version 2 would be wrong: it asks for a repack.
 @pytest.mark.parametrize("version,hint", [(3, "upgrade pyq2"), (1, "repack the original GGUF")])
@@ -485,6 +535,20 @@ def test_verify_names_scale_mismatch_through_tiles(tmp_path, model):
     repack(raw, tiles)
     res = verify(src, tiles)
     assert not res.ok and "tensor 'blk.0.attn_q.weight' row 1 block 1: scale" in res.message
+
+
+def test_verify_mismatch_in_a_later_slice_of_two_layouts(tmp_path, model, monkeypatch):
+    """tiles rt 1 against planes, a slice of 16 rows at a time: row 70 is in the fifth slice."""
+    monkeypatch.setattr(pyq2.weight_io, "CONVERT_CHUNK", 1)
+    src, _ = model
+    raw, planes, tiles = tmp_path / "raw.gguf", tmp_path / "p.gguf", tmp_path / "t.gguf"
+    repack(src, raw, layout="raw")
+    # attn_q (K = 256, 2 blocks a row): row 70, block 1, qs byte 0, shift 0: column 128.
+    _flip(raw, "blk.0.attn_q.weight", (70 * 2 + 1) * 34 + 2, 0b11)
+    repack(raw, planes, layout="planes")
+    repack(src, tiles, layout="tiles", rt=1)
+    res = verify(tiles, planes)
+    assert res.message.startswith("tensor 'blk.0.attn_q.weight' row 70 column 128: code")
 
 
 def test_verify_other_differences(tmp_path, model):

@@ -87,6 +87,9 @@ def test_contract_reads_and_checks_widths():
         ({"version": "1"}, "version = '1' is not a int"),
         ({"block_size": None}, "block_size is missing"),
         ({"sign_widths": None}, "sign_widths is missing"),
+        ({"sign_values": [float("nan")] * 768}, "sign_values holds non-integer values"),
+        ({"sign_widths": ["256", 512]}, "sign_widths holds non-integer values"),
+        ({"sign_widths": [256.0, 512]}, "sign_widths holds non-integer values"),
     ],
 )
 def test_contract_refusals(changes, words):

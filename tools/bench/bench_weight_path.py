@@ -104,7 +104,7 @@ def ops_at(m, emb):
             2 * m * INNER + q8_bytes(m, INNER),
         ),
         "get_rows+inverse 5120": (
-            lambda: _get_rows(emb, ids, emb_out, rot_h),
+            lambda: emb.get_rows(ids, rotation=rot_h, out=emb_out),
             m * pq2_bytes(1, HIDDEN) + 4 * m * HIDDEN,
         ),
     }
@@ -132,21 +132,6 @@ def op_rows(read_gbs, ms):
     nbytes = pq2_bytes(gate_up.n, gate_up.k) + 2 * gate_up.n * gate_up.k
     rows.append(row("dequantize gate_up -> bf16", None, us, nbytes, read_gbs))
     return rows
-
-
-def _get_rows(w, ids, out, rot):
-    ffi, lib = _native.load()
-    _native.check(
-        lib.pq2_get_rows_cuda(
-            w.struct(),
-            ffi.cast("int32_t *", ids.data_ptr()),
-            ids.numel(),
-            ffi.cast("void *", out.data_ptr()),
-            0,
-            rot.struct(),
-            ffi.cast("void *", torch.cuda.current_stream().cuda_stream),
-        )
-    )
 
 
 def _quantize(x, out):
@@ -221,7 +206,7 @@ def decode_step(read_gbs, replays=20):
             if foreign:
                 foreign_dst.copy_(foreign_src)
 
-        calls = [lambda: _get_rows(emb, ids, emb_out, rot_h)]
+        calls = [lambda: emb.get_rows(ids, rotation=rot_h, out=emb_out)]
         for layer in range(64):
             attn = layer % 4 == 3  # every 4th layer is full attention
             first = (

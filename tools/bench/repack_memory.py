@@ -1,14 +1,23 @@
-"""Peak resident memory of `pyq2 repack` on a large generated PQ2_0 GGUF.
+"""Peak resident memory of `pyq2 repack` and `pyq2 verify`, on a generated or a given GGUF file.
 
-    python tools/bench/repack_memory.py                      # 3 GB file, tiles rt=4
-    python tools/bench/repack_memory.py --size-gb 1 --size-gb 3 --layout planes
+    python tools/bench/repack_memory.py                      # 3 GB PQ2_0 file, tiles rt=4
+    python tools/bench/repack_memory.py --size-gb 1 --size-gb 3 --layout planes --lm-head
+    python tools/bench/repack_memory.py --input model.gguf   # an existing file (not deleted)
 
-For each size it writes a PQ2_0 model (streaming, like the repacker itself) whose tensors cycle
-through the Ternary-Bonsai-2-27B projection shapes (shapes.py; the largest, ffn gate_up,
-is 47 MB; --lm-head adds the 338 MB output head), then runs `python -m pyq2 repack` on it in a
-child process and reports the child's peak RSS (VmHWM, and getrusage ru_maxrss). A streaming
-repacker's peak is set by the largest tensor, not by the file: the figure must not grow with
---size-gb. A baseline child that only imports pyq2 and opens the file is measured too.
+For each input it runs, each in a child process whose peak RSS (VmHWM) it reports:
+
+    open      import pyq2 and open the input (the floor every command starts from)
+    repack    IN -> OUT in --layout
+    verify    IN against OUT
+    again     OUT -> BACK in --again-layout (default raw): a repacked file read slice by slice
+    verify2   OUT against BACK
+
+A generated model (streamed to disk, like the repacker's output) is PQ2_0 with tensors cycling
+through the Ternary-Bonsai-2-27B projection shapes (the largest, ffn gate_up, is 47 MB;
+--lm-head adds the 338 MB output head) and a 262144-token vocabulary like a real tokenizer's.
+A streaming repacker's peak is set by its slices, not by the file or its largest tensor: the
+figures must not grow with --size-gb or with --lm-head. Files go to --dir (default: a new
+temporary directory) and are deleted unless --keep.
 """
 
 from __future__ import annotations
@@ -37,24 +46,25 @@ SHAPES = [
     ("attn_out", 5120, 6144),
 ]
 LM_HEAD = ("output", 248320, 5120)
+VOCAB = 262144  # tokens of the generated tokenizer arrays (Gemma 3's vocabulary size)
 CHUNK = 16 << 20
 
 
-def generate(path: str, size_bytes: int, lm_head: bool, seed: int = 0) -> dict:
-    """Write a PQ2_0 GGUF of about size_bytes, streaming; returns a short description."""
+def generate(path: str, size_bytes: int, lm_head: bool, seed: int = 0) -> None:
+    """Write a PQ2_0 GGUF of about size_bytes, streaming."""
     import numpy as np
 
     from pyq2 import gguf_io
+    from pyq2.formats import pq2_pack
     from pyq2.gguf_io import GGUFValueType as V
 
     rng = np.random.default_rng(seed)
     # One pool of random 34-byte blocks (ternary codes, finite scales) that every tensor reads
     # from at a different offset: realistic bytes without generating gigabytes of randomness.
     pool_blocks = CHUNK // 34 + 1000  # a chunk plus the largest start offset below
-    pool = rng.integers(0, 3, (pool_blocks, 128), dtype=np.uint8)
-    from pyq2.formats import pq2_pack
-
-    pool = pq2_pack(pool, (rng.random(pool_blocks) * 0.02 + 1e-3).astype(np.float16)).reshape(-1)
+    codes = rng.integers(0, 3, (pool_blocks, 128), dtype=np.uint8)
+    scales = (rng.random(pool_blocks) * 0.02 + 1e-3).astype(np.float16)
+    pool = pq2_pack(codes, scales).reshape(-1)
 
     tensors, total, layer = [], 0, 0
     if lm_head:
@@ -89,19 +99,29 @@ def generate(path: str, size_bytes: int, lm_head: bool, seed: int = 0) -> dict:
     recs = [
         gguf_io.encode_kv("general.architecture", V.STRING, "qwen35"),
         gguf_io.encode_kv("general.file_type", V.UINT32, 141),
+        gguf_io.encode_kv(
+            "tokenizer.ggml.tokens", V.ARRAY, [f"<t{i}>" for i in range(VOCAB)], V.STRING
+        ),
+        gguf_io.encode_kv("tokenizer.ggml.scores", V.ARRAY, np.zeros(VOCAB, np.float32), V.FLOAT32),
     ]
     gguf_io.write_gguf(path, recs, tensors, data)
-    return {
-        "tensors": len(tensors),
-        "bytes": os.path.getsize(path),
-        "largest_tensor_bytes": max(t.nbytes for t in tensors),
-    }
+
+
+def describe(path: str) -> dict:
+    from pyq2 import gguf_io
+
+    with gguf_io.open_gguf(path) as f:
+        return {
+            "tensors": len(f.tensors),
+            "bytes": f.size,
+            "largest_tensor_bytes": max((t.nbytes for t in f.tensors), default=0),
+        }
 
 
 def _child(argv: list[str]) -> None:
     """Run in the measured child: the pyq2 CLI (or just open the file), then report peak RSS."""
-    if argv[0] == "baseline":
-        from pyq2 import gguf_io, repack  # noqa: F401  (same imports as a repack run)
+    if argv[0] == "open":
+        from pyq2 import gguf_io, repack, verify  # noqa: F401  (the imports of a command)
 
         with gguf_io.open_gguf(argv[1]):
             pass
@@ -118,6 +138,7 @@ def _child(argv: list[str]) -> None:
 
 
 def measure(argv: list[str]) -> dict:
+    """Peak RSS (MB), exit status and seconds of one child run of _child(argv)."""
     t0 = time.perf_counter()
     p = subprocess.run(
         [sys.executable, os.path.abspath(__file__), "--child", *argv],
@@ -130,9 +151,35 @@ def measure(argv: list[str]) -> dict:
         res = json.loads(last)
     except json.JSONDecodeError:
         raise SystemExit(f"child failed ({p.returncode}): {p.stderr}") from None
-    res["seconds"] = round(time.perf_counter() - t0, 2)
-    res["stdout"] = p.stdout.strip()
-    return res
+    if res["exit"] != 0:
+        raise SystemExit(f"{' '.join(argv)} failed: {p.stderr.strip()}")
+    return {
+        "peak_mb": round(res["vmhwm_kb"] / 1024, 1),
+        "seconds": round(time.perf_counter() - t0, 2),
+    }
+
+
+def run_all(src: str, work: str, layout: str, rt: int, again: str) -> dict:
+    """Measure every step of the module doc on the file src; returns {step: measurement}."""
+    stem = os.path.join(work, os.path.basename(src).removesuffix(".gguf"))
+    out, back = f"{stem}.mem-{layout}.gguf", f"{stem}.mem-{layout}-{again}.gguf"
+
+    def to(layout: str) -> list[str]:
+        return ["--layout", layout, "--force"] + (["--rt", str(rt)] if layout == "tiles" else [])
+
+    steps = {
+        "open": ["open", src],
+        "repack": ["repack", src, "-o", out, *to(layout)],
+        "verify": ["verify", src, out],
+        "again": ["repack", out, "-o", back, *to(again)],
+        "verify2": ["verify", out, back],
+    }
+    try:
+        return {name: measure(argv) for name, argv in steps.items()}
+    finally:
+        for p in (out, back):
+            if os.path.exists(p):
+                os.unlink(p)
 
 
 def main() -> None:
@@ -141,57 +188,45 @@ def main() -> None:
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument(
-        "--size-gb", type=float, action="append", help="model size in GB (repeatable; default 3)"
+        "--size-gb", type=float, action="append", help="generated model size in GB (repeatable)"
     )
+    ap.add_argument("--input", action="append", help="an existing GGUF file (repeatable)")
     ap.add_argument("--layout", default="tiles", choices=("raw", "planes", "tiles"))
+    ap.add_argument("--again-layout", default="raw", choices=("raw", "planes", "tiles"))
     ap.add_argument("--rt", type=int, default=4)
     ap.add_argument("--lm-head", action="store_true", help="add the 338 MB output head")
     ap.add_argument("--dir", help="where to put the files (default: a temporary directory)")
-    ap.add_argument("--keep", action="store_true", help="keep the generated files")
+    ap.add_argument("--keep", action="store_true", help="keep the generated input files")
+    ap.add_argument("--json", help="also write the results to this file")
     args = ap.parse_args()
-    sizes = args.size_gb or [3.0]
+    sizes = args.size_gb or ([] if args.input else [3.0])
     work = args.dir or tempfile.mkdtemp(prefix="pyq2-mem-")
     os.makedirs(work, exist_ok=True)
     rows = []
+    for path in args.input or []:
+        rows.append({"input": path, **describe(path)})
+        rows[-1]["steps"] = run_all(path, work, args.layout, args.rt, args.again_layout)
     for gb in sizes:
-        src = os.path.join(work, f"model-{gb:g}GB.gguf")
-        dst = os.path.join(work, f"model-{gb:g}GB.pyq2-{args.layout}.gguf")
+        src = os.path.join(work, f"model-{gb:g}GB{'-head' if args.lm_head else ''}.gguf")
         t0 = time.perf_counter()
-        desc = generate(src, int(gb * 1e9), args.lm_head)
-        gen_s = time.perf_counter() - t0
-        base = measure(["baseline", src])
-        run = measure(
-            ["repack", src, "-o", dst, "--layout", args.layout, "--rt", str(args.rt), "--force"]
-        )
-        if run["exit"] != 0:
-            raise SystemExit(f"repack failed: {run}")
-        rows.append(
-            {
-                "size_gb": gb,
-                **desc,
-                "generate_s": round(gen_s, 1),
-                "baseline_peak_mb": round(base["vmhwm_kb"] / 1024, 1),
-                "repack_peak_mb": round(run["vmhwm_kb"] / 1024, 1),
-                "repack_ru_maxrss_mb": round(run["ru_maxrss_kb"] / 1024, 1),
-                "repack_s": run["seconds"],
-                "summary": run["stdout"],
-            }
-        )
-        if not args.keep:
-            for p in (src, dst):
-                if os.path.exists(p):
-                    os.unlink(p)
-    print(json.dumps(rows, indent=1))
-    print(
-        f"\n{'file GB':>8} {'tensors':>8} {'largest MB':>11} {'baseline MB':>12} "
-        f"{'repack peak MB':>15} {'seconds':>8}"
-    )
+        generate(src, int(gb * 1e9), args.lm_head)
+        rows.append({"input": src, **describe(src), "generate_s": round(time.perf_counter() - t0)})
+        try:
+            rows[-1]["steps"] = run_all(src, work, args.layout, args.rt, args.again_layout)
+        finally:
+            if not args.keep:
+                os.unlink(src)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"layout": args.layout, "rt": args.rt, "rows": rows}, f, indent=1)
+    names = ["open", "repack", "verify", "again", "verify2"]
+    print(f"peak RSS in MB (repack to {args.layout}, again to {args.again_layout}):")
+    print(f"{'file':>32} {'GB':>6} {'largest MB':>10} " + " ".join(f"{n:>8}" for n in names))
     for r in rows:
-        print(
-            f"{r['bytes'] / 1e9:8.2f} {r['tensors']:8d} {r['largest_tensor_bytes'] / 1e6:11.1f} "
-            f"{r['baseline_peak_mb']:12.1f} {r['repack_peak_mb']:15.1f} {r['repack_s']:8.1f}"
-        )
-    if not args.keep and not args.dir:
+        peaks = " ".join(f"{r['steps'][n]['peak_mb']:8.1f}" for n in names)
+        name = os.path.basename(r["input"])[-32:]
+        print(f"{name:>32} {r['bytes'] / 1e9:6.2f} {r['largest_tensor_bytes'] / 1e6:10.1f} {peaks}")
+    if not args.dir:
         try:
             os.rmdir(work)
         except OSError:

@@ -1,0 +1,152 @@
+"""`pyq2 bench`: a model's whole weight path on the GPU, in tokens per second.
+
+For a file (`pyq2 bench MODEL.gguf`, loaded with pyq2.model.load) or a preset of real shapes
+with random ternary weights (`--synthetic bonsai-2-27b`, pyq2.model.synthetic), it times one
+decode step (pyq2.step.DecodeStep: embedding + inverse rotation, per layer the fused
+norm / mixer / SwiGLU producers and every projection, the head) at each m of `--ms`, each
+captured as one CUDA graph, and a prompt of `--prompt N` tokens the same way. It prints the
+time per step, tokens per second, the time of the producers, of the ternary projections and of
+the un-folded side projections (ssm_alpha, ssm_beta: dense, through torch) alone, and the byte
+floor: the bytes a step must read (every projection's weights, the embedding rows) over the
+read bandwidth measured in the same run (torch's sum over 2 GiB, a few percent below what a
+dedicated streaming kernel reaches). `--no-fuse` runs sibling projections as separate matmuls.
+Attention, the recurrence and the other non-weight work of the model are not included.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from . import _native
+from .gpu import _torch
+from .model import Model, load, synthetic
+from .step import DecodeStep
+
+READ_BYTES = 2 << 30
+
+
+def read_bandwidth_gbs() -> float:
+    """GB/s of torch's sum over 2 GiB of float32 (a lower bound of the read bandwidth)."""
+    torch = _torch()
+    x = torch.ones(READ_BYTES // 4, device="cuda")
+    x.sum()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    best = float("inf")
+    for _ in range(10):
+        start.record()
+        x.sum()
+        end.record()
+        end.synchronize()
+        best = min(best, start.elapsed_time(end))
+    del x
+    torch.cuda.empty_cache()
+    return READ_BYTES / (best * 1e-3) / 1e9
+
+
+def graph_ms(fn, replays: int) -> float:
+    """Milliseconds per replay of fn captured as one CUDA graph (median of 5 batches)."""
+    torch = _torch()
+    fn()  # eager first: lazy initialisation stays out of the capture
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(5):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(replays):
+            g.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / replays)
+    del g
+    return sorted(times)[2]
+
+
+def measure(
+    model: Model, m: int, read_gbs: float, replays: int, fuse: bool = True
+) -> dict[str, Any]:
+    step = DecodeStep(model, m, fuse=fuse)
+    whole = graph_ms(step.run, replays)
+    producers = graph_ms(lambda: step.run(("embedding", "producer")), replays)
+    projections = graph_ms(lambda: step.run(("projection",)), replays)
+    side = graph_ms(lambda: step.run(("side",)), replays) if model.plan.v_heads else 0.0
+    floor = model.step_bytes(m) / (read_gbs * 1e9) * 1e3
+    return {
+        "m": m,
+        "ms": whole,
+        "tokens_per_s": m / whole * 1e3,
+        "producers_ms": producers,
+        "projections_ms": projections,
+        "side_ms": side,
+        "floor_ms": floor,
+        "x_floor": whole / floor,
+        "calls": len(step.calls),
+    }
+
+
+def run(args) -> int:
+    """The command (cli.py parses the arguments)."""
+    try:
+        torch = _torch()
+        ok = torch.cuda.is_available()
+    except RuntimeError:
+        ok = False
+    if not ok:
+        print("pyq2: error: pyq2 bench needs a CUDA GPU and PyTorch with CUDA", file=sys.stderr)
+        return 1
+    lib = _native.load()[1]
+    if not lib.pq2_built_with_cuda():
+        print("pyq2: error: this libpq2 was built without CUDA", file=sys.stderr)
+        return 1
+    _native.check(lib.pq2_cuda_init())
+    if args.synthetic:
+        model = synthetic(args.synthetic)
+    else:
+        model = load(args.model, progress=_progress)
+        print("", file=sys.stderr)
+    read_gbs = read_bandwidth_gbs()
+    plan = model.plan
+    print(
+        f"{model.source}: {plan.n_layers} layers ({len(plan.attention_layers)} attention), "
+        f"{len(model.weights)} ternary weights, {model.step_bytes(1) / 1e9:.2f} GB read per step; "
+        f"read bandwidth {read_gbs:.0f} GB/s (torch sum); siblings "
+        f"{'separate' if args.no_fuse else 'fused'}"
+    )
+    rows = []
+    ms = [int(v) for v in args.ms.split(",")] + ([args.prompt] if args.prompt else [])
+    for m in ms:
+        r = measure(model, m, read_gbs, args.replays, fuse=not args.no_fuse)
+        rows.append(r)
+        label = f"prompt of {m}" if args.prompt and m == args.prompt else f"decode m={m}"
+        print(
+            f"{label:16s} {r['ms']:8.3f} ms  {r['tokens_per_s']:9.0f} tok/s  "
+            f"{r['x_floor']:5.2f}x floor {r['floor_ms']:.3f} ms  "
+            f"(alone: producers {r['producers_ms']:.3f}, projections {r['projections_ms']:.3f}, "
+            f"un-folded side projections {r['side_ms']:.3f} ms)"
+        )
+    print("weight path only: attention, the recurrence and the residual work are not included")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(
+                {
+                    "model": model.source,
+                    "gpu": torch.cuda.get_device_name(),
+                    "read_bandwidth_gbs": read_gbs,
+                    "step_bytes_m1": model.step_bytes(1),
+                    "fused": not args.no_fuse,
+                    "rows": rows,
+                },
+                f,
+                indent=1,
+            )
+    return 0
+
+
+def _progress(done: int, total: int, name: str) -> None:
+    print(f"\rloading {done / max(total, 1):6.1%} {name[:40]:40s}", end="", file=sys.stderr)

@@ -1,0 +1,233 @@
+"""Output files that appear complete or not at all, with no temporary outliving its writer.
+
+atomic_output(OUT) yields the path to write: a file in a private directory next to the file
+that OUT names (for a symlink, next to the file it points to), the directory named
+`.<name>.pyq2-<pid>-<random>.tmp` after the output and the writing process. When the block ends
+normally the file moves into place:
+
+- without `force`, by a hard link to OUT, which fails if OUT exists by then: of two writers
+  racing for one name exactly one wins, and the other fails with "OUT exists";
+- with `force`, by a rename over the target: a symlink stays a link, to the new file.
+
+On any failure, KeyboardInterrupt and pyq2.errors.Interrupted included, the directory is
+removed and OUT is untouched. Creating, committing and removing the directory run with signals
+held off (pyq2.interrupts.deferred). A writer killed outright (SIGKILL, a crash, power loss)
+leaves its directory behind; the next writer to the same name removes it once the process whose
+pid it carries is gone. An OSError about the directory or the file in it is reported against
+OUT, the path the user gave.
+
+check_output() is the up-front half: a directory, device, FIFO or socket is never written or
+replaced, even with `force`, and an existing OUT needs `force`.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from . import interrupts
+from .errors import RepackError
+
+Notice = Callable[[str], None]  # receives one line for the user (pyq2 prints it on stderr)
+
+_SPECIAL_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+# A file system without hard links answers os.link with one of these; OUT is then reserved
+# with an O_EXCL create instead.
+_NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK}
+
+_lock = threading.Lock()
+_active: set[str] = set()  # temporary directories of this process's writers
+
+
+def temp_prefix(name: str, pid: int | None = None) -> str:
+    """The start of the name of a writer's temporary directory for output file `name`."""
+    return f".{name}.pyq2-{os.getpid() if pid is None else pid}-"
+
+
+def _temp_pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"\.{re.escape(name)}\.pyq2-(\d+)-\w+\.tmp")
+
+
+def target_of(out: str) -> str:
+    """The file a write to OUT replaces: OUT, or for a symlink the file it points to."""
+    return os.path.realpath(out) if os.path.islink(out) else out
+
+
+def check_output(out: str, force: bool, dry_run: bool = False) -> bool:
+    """Refuse an output that may not be written; returns whether OUT exists.
+
+    Raises RepackError for an empty path, a directory, device, FIFO or socket (also behind a
+    symlink, with or without force), and for an existing OUT without force unless dry_run.
+    """
+    if not out:
+        raise RepackError("the output path is empty")
+    try:
+        st = os.stat(out)
+    except FileNotFoundError:  # no OUT, or a symlink to a file still to be made
+        st = None
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        kind = next((k for test, k in _SPECIAL_KINDS if test(st.st_mode)), "not a regular file")
+        via = f" (a link to {os.path.realpath(out)})" if os.path.islink(out) else ""
+        raise RepackError(
+            f"output {out}{via} is {kind}; pyq2 writes regular files only and never replaces "
+            f"anything else, even with --force"
+        )
+    exists = os.path.lexists(out)
+    if exists and not force and not dry_run:
+        raise _exists(out)
+    return exists
+
+
+def _exists(out: str) -> RepackError:
+    return RepackError(f"output {out} exists (use --force to overwrite)")
+
+
+def _orphaned(path: str, pid: int) -> bool:
+    """Whether the writer of temporary directory `path`, process `pid`, is gone."""
+    if pid == os.getpid():
+        with _lock:
+            return path not in _active  # an earlier process with this pid left it
+    if not 0 < pid < 1 << 31:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # EPERM: alive, another user's
+        return False
+    return False
+
+
+def _remove_dir(path: str) -> None:
+    """Remove a temporary directory: the files a writer puts there, then the directory. A
+    subdirectory (which no writer makes) makes it fail rather than be removed."""
+    for entry in os.scandir(path):
+        os.unlink(entry.path)
+    os.rmdir(path)
+
+
+def remove_stale(directory: str, name: str, notice: Notice | None = None) -> list[str]:
+    """Remove the temporary directories for output `name` in `directory` whose writer is gone;
+    returns their paths. Each removal (or failure to remove) is one line to `notice`."""
+    try:
+        entries = os.listdir(directory or ".")
+    except OSError:
+        return []  # the write itself reports what is wrong with the directory
+    pattern, removed = _temp_pattern(name), []
+    for entry in entries:
+        m = pattern.fullmatch(entry)
+        path = os.path.join(directory, entry)
+        if not m or not os.path.isdir(path) or os.path.islink(path):
+            continue
+        pid = int(m.group(1))
+        if not _orphaned(path, pid):
+            continue
+        try:
+            _remove_dir(path)
+        except FileNotFoundError:
+            continue  # another writer to this name removed it first
+        except OSError as e:
+            if notice:
+                notice(f"cannot remove stale temporary {path}: {e.strerror or e}")
+            continue
+        removed.append(path)
+        if notice:
+            notice(f"removed stale temporary {path} (its writer, pid {pid}, is gone)")
+    return removed
+
+
+def _discard(tmpdir: str) -> None:
+    try:
+        _remove_dir(tmpdir)
+    except OSError:
+        pass  # gone already, or left for remove_stale of the next run to this name
+    with _lock:
+        _active.discard(tmpdir)
+
+
+def _sync_dir(directory: str) -> None:
+    """Make a rename in `directory` durable (where the file system allows it)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _commit(staged: str, out: str, target: str, force: bool) -> None:
+    if force:
+        os.replace(staged, target)
+    else:
+        try:
+            os.link(staged, out)
+        except FileExistsError:
+            raise _exists(out) from None
+        except OSError as e:
+            if e.errno not in _NO_HARD_LINKS:
+                raise
+            try:
+                os.close(os.open(out, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            except FileExistsError:
+                raise _exists(out) from None
+            try:
+                os.replace(staged, out)
+            except BaseException:
+                os.unlink(out)
+                raise
+    _sync_dir(os.path.dirname(os.path.abspath(target)))
+
+
+def _about_out(e: OSError, temp_start: str, out: str) -> OSError:
+    """e, reported against OUT when it names the temporary directory or a file in it."""
+    names = [os.fspath(f) for f in (e.filename, e.filename2) if f is not None]
+    if not any(isinstance(f, str) and f.startswith(temp_start) for f in names):
+        return e
+    return OSError(e.errno, e.strerror, out)  # OSError() picks the subclass of the errno
+
+
+@contextmanager
+def atomic_output(out, force: bool, notice: Notice | None = None) -> Iterator[str]:
+    """Yield the path to write OUT's bytes to; OUT appears when the block ends normally (see the
+    module doc). Stale temporaries of this name are removed first, each reported to `notice`."""
+    out = os.fspath(out)
+    target = target_of(out)
+    directory, name = os.path.split(os.path.abspath(target))
+    remove_stale(directory, name, notice)
+    temp_start = os.path.join(directory, temp_prefix(name))
+    tmpdir: str | None = None
+    try:
+        with interrupts.deferred():
+            tmpdir = tempfile.mkdtemp(prefix=temp_prefix(name), suffix=".tmp", dir=directory)
+            with _lock:
+                _active.add(tmpdir)
+        staged = os.path.join(tmpdir, name)
+        yield staged
+        with interrupts.deferred():
+            _commit(staged, out, target, force)
+            _discard(tmpdir)
+    except BaseException as e:
+        with interrupts.deferred():
+            if tmpdir is not None:
+                _discard(tmpdir)
+        if isinstance(e, OSError):
+            renamed = _about_out(e, temp_start, out)
+            if renamed is not e:
+                raise renamed from None
+        raise

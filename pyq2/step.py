@@ -1,0 +1,223 @@
+"""The weight path of one decode step on a Model, as calls on fixed buffers (capturable).
+
+`DecodeStep(model, m)` allocates every buffer once and lists the calls of one step of m tokens
+in the order of the model's plan (pyq2.arch): the embedding rows with the inverse rotation into
+the residual stream h, then per stage one producer of the Q8 operand and the projections that
+read it:
+
+- norm stage: h = h + r (r: the output of the stage's previous projection, the mixer's output
+  projection or ffn_down; none before the first layer), RMSNorm with the stage's norm weight,
+  rotate, Q8; the un-rotated normed rows also go to the un-folded side projections (ssm_alpha,
+  ssm_beta: dense, computed with torch);
+- mixer stage: the mixer's output (attention or recurrence: the host's work, here a buffer the
+  host fills, `mixer_out[layer]`), permuted to the grouped V-head order for a Gated-DeltaNet
+  layer when the file says so, rotated, Q8, then attn_output / ssm_out;
+- swiglu stage: silu(gate) * up of the FFN's gate and up outputs, rotated, Q8, then ffn_down.
+
+With `fuse` (the default), the projections of one stage that read the same activation (attention
+q/k/v, Gated-DeltaNet qkv and gate, FFN gate and up; the side projections alike) run as one
+matmul on a concatenation of their tiles-layout matrices made for the step (one more device
+copy of those weights), writing one output whose column ranges are the projections' outputs.
+
+Everything the projections write stays in `outputs[name]` (a view into the fused output).
+`run()` makes the calls on the current stream; `record()` runs them eagerly and returns each
+stage's inputs and outputs (what a reference needs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from . import layouts
+from .arch import Stage
+from .gpu import PQ2Weights, Q8Operand, _torch, norm_rotate_q8, rotate_q8, swiglu_rotate_q8
+from .model import Model
+
+
+@dataclass
+class Call:
+    kind: str  # "embedding", "producer", "projection", "side"
+    stage: Stage | None
+    fn: Callable[[], Any]
+    inputs: dict[str, Any] | None = None  # a producer's input buffers, by role
+
+
+class DecodeStep:
+    def __init__(self, model: Model, m: int, dtype: Any = None, seed: int = 0, fuse: bool = True):
+        torch = _torch()
+        self.model, self.m = model, m
+        self.dtype = dtype if dtype is not None else torch.bfloat16
+        plan = model.plan
+        emb = model.weights[plan.embedding].matrix
+        dev = emb.data.device
+        self.hidden = emb.k
+        gen = torch.Generator(device=dev).manual_seed(seed)
+
+        def empty(*shape, dtype=None):
+            return torch.empty(*shape, dtype=dtype or self.dtype, device=dev)
+
+        self.ids = torch.zeros(m, dtype=torch.int32, device=dev)
+        self.h = [empty(m, self.hidden), empty(m, self.hidden)]
+        self.outputs: dict[str, Any] = {}
+        self.q8: dict[int, Q8Operand] = {}
+        self.normed: dict[int, Any] = {}
+        self.mixer_out: dict[int, Any] = {}
+        # per stage: [(matrix, output, names)] of the matmuls, and the side matmul
+        self.matmuls: dict[int, list[tuple[PQ2Weights, Any]]] = {}
+        self.side: dict[int, tuple[Any, Any]] = {}
+        ws = 256
+        for i, stage in enumerate(plan.stages):
+            width = self._width(stage)
+            self.q8.setdefault(width, Q8Operand.empty(m, width, dev))
+            mats = [model.weights[n].matrix for n in stage.projections]
+            groups = [mats] if fuse and fusable(mats) else [[w] for w in mats]
+            self.matmuls[i] = []
+            names = iter(stage.projections)
+            for group in groups:
+                w = concat_rows(group)
+                out = empty(m, w.n)
+                self.matmuls[i].append((w, out))
+                ws = max(ws, w.workspace_size(m))
+                col = 0
+                for part in group:
+                    self.outputs[next(names)] = out[:, col : col + part.n]
+                    col += part.n
+            if stage.unrotated:
+                self.normed.setdefault(width, empty(m, width))
+                side_w = torch.cat([model.dense[n] for n in stage.unrotated]).to(self.dtype)
+                out = empty(m, side_w.shape[0])
+                self.side[i] = (side_w, out)
+                col = 0
+                for n in stage.unrotated:
+                    rows = model.dense[n].shape[0]
+                    self.outputs[n] = out[:, col : col + rows]
+                    col += rows
+            if stage.producer == "mixer":
+                x = torch.randn(m, width, generator=gen, device=dev)
+                self.mixer_out[stage.layer] = x.to(self.dtype)
+        self.workspace = torch.empty(ws, dtype=torch.uint8, device=dev)
+        self.calls = self._calls()
+
+    def _width(self, stage: Stage) -> int:
+        return self.model.weights[stage.projections[0]].matrix.k
+
+    def _calls(self) -> list[Call]:
+        torch = _torch()
+        model, plan = self.model, self.model.plan
+        emb = model.weights[plan.embedding]
+        calls = [
+            Call(
+                "embedding",
+                None,
+                lambda: emb.matrix.get_rows(
+                    self.ids, rotation=model.rotation_for(emb.matrix.k), out=self.h[0]
+                ),
+                {"ids": self.ids},
+            )
+        ]
+        cur, residual = 0, None
+        for i, stage in enumerate(plan.stages):
+            width = self._width(stage)
+            q = self.q8[width]
+            rot = model.rotation_for(width)
+            if stage.producer == "norm":
+                h_out = self.h[1 - cur] if residual is not None else None
+                inputs = {
+                    "x": self.h[cur],
+                    "residual": residual,
+                    "norm": model.dense[str(stage.norm)],
+                }
+                fn = _bind(
+                    norm_rotate_q8,
+                    self.h[cur],
+                    model.dense[str(stage.norm)],
+                    plan.eps,
+                    rot,
+                    residual=residual,
+                    h_out=h_out,
+                    normed=self.normed.get(width) if stage.unrotated else None,
+                    out=q,
+                )
+                cur = cur if residual is None else 1 - cur
+            elif stage.producer == "mixer":
+                heads = (
+                    (plan.v_heads, plan.k_heads)
+                    if stage.permute and model.gdn_v_grouped
+                    else (0, 0)
+                )
+                inputs = {"x": self.mixer_out[stage.layer]}
+                fn = _bind(rotate_q8, self.mixer_out[stage.layer], rot, *heads, out=q)
+            else:
+                gate, up = (self.outputs[p] for p in _ffn_inputs(stage))
+                inputs = {"gate": gate, "up": up}
+                fn = _bind(swiglu_rotate_q8, gate, up, rot, out=q)
+            calls.append(Call("producer", stage, fn, inputs))
+            for w, out in self.matmuls[i]:
+                calls.append(Call("projection", stage, _bind(w.matmul_q8, q, out, self.workspace)))
+            if i in self.side:
+                side_w, out = self.side[i]
+                normed = self.normed[width]
+                calls.append(Call("side", stage, _bind(torch.matmul, normed, side_w.t(), out=out)))
+            # a norm stage consumes the pending residual; the mixer's and the FFN's output
+            # projection make the next one
+            residual = None if stage.producer == "norm" else self.outputs[stage.projections[0]]
+        return calls
+
+    def run(self, kinds: tuple[str, ...] | None = None) -> None:
+        """Make the step's calls (those of `kinds` only, when given) on the current stream."""
+        for c in self.calls:
+            if kinds is None or c.kind in kinds:
+                c.fn()
+
+    def record(self) -> list[dict[str, Any]]:
+        """Run the step eagerly; per producer (and the embedding first), copies of its inputs
+        (Call.inputs) and of the outputs of the calls after it."""
+        torch = _torch()
+        records: list[dict[str, Any]] = []
+        for c in self.calls:
+            if c.inputs is not None:
+                copies = {k: None if v is None else v.clone() for k, v in c.inputs.items()}
+                records.append({"stage": c.stage, "inputs": copies, "outputs": {}})
+            c.fn()
+            torch.cuda.synchronize()
+            if c.kind == "embedding":
+                records[-1]["outputs"]["h"] = self.h[0].clone()
+        for r in records:
+            if r["stage"] is not None:
+                for name in r["stage"].projections + r["stage"].unrotated:
+                    r["outputs"][name] = self.outputs[name].clone()
+        return records
+
+
+def fusable(mats: list[PQ2Weights]) -> bool:
+    """Whether matrices can run as one: tiles of one tile height, every one but the last a whole
+    number of tiles (a tiles matrix of whole tiles is its code region then its scale region, so
+    such matrices concatenate region by region)."""
+    if len(mats) < 2 or any(w.layout != "tiles" or w.rt != mats[0].rt for w in mats):
+        return False
+    return all(w.n % (16 * w.rt) == 0 for w in mats[:-1]) and len({w.k for w in mats}) == 1
+
+
+def concat_rows(mats: list[PQ2Weights]) -> PQ2Weights:
+    """The matrices' rows one after another, as one matrix (fusable), or the one matrix."""
+    if len(mats) == 1:
+        return mats[0]
+    torch = _torch()
+    codes, scales = [], []
+    for w in mats:
+        split = layouts.region_bytes(w.layout, w.n, w.k, w.rt)[0]
+        codes.append(w.data[:split])
+        scales.append(w.data[split:])
+    first = mats[0]
+    return PQ2Weights(torch.cat(codes + scales), sum(w.n for w in mats), first.k, "tiles", first.rt)
+
+
+def _ffn_inputs(stage: Stage) -> tuple[str, str]:
+    b = f"blk.{stage.layer}."
+    return b + "ffn_gate.weight", b + "ffn_up.weight"
+
+
+def _bind(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[[], Any]:
+    return lambda: fn(*args, **kwargs)
