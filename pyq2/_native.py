@@ -64,6 +64,13 @@ def library_path() -> Path:
             )
         return p
     p = Path(str(importlib.resources.files("pyq2") / library_name()))
+    root = p.parent.parent
+    if not p.is_file() and (root / "native" / "include" / "pq2.h").is_file():
+        raise LibraryError(
+            f"pyq2 was imported from its source tree ({p.parent}), which holds no built "
+            f"{library_name()}: run from another directory to use the installed package, or set "
+            f"{ENV_LIBRARY} to a built copy (e.g. {root}/build/<wheel tag>/{library_name()})."
+        )
     if not p.is_file():
         raise LibraryError(
             f"the bundled {library_name()} is missing from {p.parent}. Reinstall pyq2 with "

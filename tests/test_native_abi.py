@@ -5,6 +5,8 @@ import importlib.resources
 import importlib.util
 import os
 import re
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -159,3 +161,19 @@ def test_python_constants_match_the_header():
         lib.PQ2_BLOCK_WEIGHTS,
         lib.TQ2_BLOCK_WEIGHTS,
     )
+
+
+def test_import_from_the_source_tree_says_what_to_do():
+    """Run from the repository root, `import pyq2` finds the source folder, which holds no
+    library: the error says so and how to get the installed package, not to reinstall."""
+    root = Path(__file__).resolve().parents[1]
+    if (root / "pyq2" / _native.library_name()).exists():
+        pytest.skip("this source tree holds a built library")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYQ2_LIBRARY", "PYTHONPATH")}
+    code = (
+        "import pyq2._native as n\ntry:\n    n.library_path()\nexcept Exception as e:\n    print(e)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert "imported from its source tree" in out.stdout and "PYQ2_LIBRARY" in out.stdout, out
