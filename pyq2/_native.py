@@ -97,9 +97,9 @@ def load():
             lib = ffi.dlopen(str(path))
         except OSError as e:
             raise LibraryError(
-                f"cannot load {path}: {e}. If it names a missing CUDA library "
-                "(libcudart), install the CUDA runtime or build with "
-                "-DPQ2_CUDA=OFF."
+                f"cannot load {path}: {e}. If it names a missing CUDA driver library "
+                "(libcuda), install the NVIDIA driver or build the CPU half only "
+                "(PQ2_CUDA=OFF pip install .)."
             ) from e
         got = lib.pq2_abi_version()
         if got != abi:

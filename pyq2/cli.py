@@ -1,6 +1,7 @@
-"""The `pyq2` command line: repack, info, verify, demo.
+"""The `pyq2` command line: repack, info, verify, demo, bench.
 
-Exit status: 0 success, 1 error (one line `pyq2: error: ...` on stderr, no traceback), 2 usage,
+Exit status: 0 success, 1 error (one line `pyq2: error: ...` on stderr, no traceback) or a verify
+mismatch, 2 usage,
 128 + N when signal N stopped it (130 for Ctrl-C, 143 for SIGTERM; one line `pyq2: error:
 interrupted (SIGTERM)`). A stopped repack leaves neither OUT nor a temporary file. Set
 PYQ2_DEBUG=1 to get the traceback of an unexpected error.
@@ -174,8 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="PQ2_0 ternary weights: repack GGUF "
-        "files into GPU layouts, inspect and verify them.",
+        description="PQ2_0 ternary weights: repack GGUF files into GPU layouts, inspect and "
+        "verify them, run the demo, time a model's weight path on the GPU.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

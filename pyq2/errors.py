@@ -15,7 +15,7 @@ class LibraryError(Pq2Error):
     """libpq2 could not be found, loaded, or is the wrong ABI version."""
 
     def __init__(self, message: str):
-        super().__init__("PQ2_LIBRARY", message)
+        super().__init__("libpq2 not loaded", message)
 
 
 class FormatError(ValueError):

@@ -18,7 +18,9 @@ Writing (`write_gguf`)
     are copied as their raw bytes, which keeps every value type, array and order byte for byte.
     Output goes to a temporary file in the destination directory that is fsynced and renamed over
     the destination at the end; on any failure (exception, KeyboardInterrupt, full disk) the
-    temporary file is removed and no output exists.
+    temporary file is removed and no output exists. The commands write through pyq2.output,
+    which gives this function a path inside its own temporary directory and publishes the
+    result (exclusively without --force).
 """
 
 from __future__ import annotations

@@ -1,13 +1,14 @@
 """A whole model on the GPU for a host: `load(path)` or `synthetic(preset)`.
 
-`load` memory-maps a GGUF file (raw PQ2_0 / PTQ1_0 / TQ2_0, or repacked by pyq2), checks it
-completely before it keeps any GPU memory (the architecture map, the rotation contract, every
-weight's stored size and metadata, the dense tensors' types), then uploads one tensor at a
-time: PQ2-family weights converted on the fly to the resident layout (tiles, rt 2 by default)
-in slices of rows through one pinned staging buffer, so host memory stays near one slice; the
-norms and other small tensors as they are (F32, F16, BF16). `synthetic` builds a model of a
-preset's shapes (pyq2.arch.PRESETS) with random ternary weights directly on the GPU, for
-benchmarks without a file.
+`load` memory-maps a GGUF file (raw PQ2_0 / PTQ1_0 / TQ2_0, or repacked by pyq2) and checks it
+before it allocates any GPU memory: the architecture map, the rotation contract, every weight's
+stored size and metadata, the dense tensors' types. It then uploads one tensor at a time:
+PQ2-family weights converted on the fly to the resident layout (tiles, rt 2 by default) in
+slices of rows through one pinned staging buffer, so host memory stays near one slice, every
+scale checked on the way (a non-finite one is a FormatError naming tensor, row and block, and
+frees what was uploaded); the norms and other small tensors as they are (F32, F16, BF16).
+`synthetic` builds a model of a preset's shapes (pyq2.arch.PRESETS) with random ternary weights
+directly on the GPU, for benchmarks without a file.
 
 A Model holds per tensor its device buffer, layout, tile height, logical shape, stored type
 and the rotation width it reads; the rotation's sign vectors are on the device too.
@@ -116,6 +117,7 @@ def _upload_weight(gf, t, info, layout: str, rt: int, staging, device) -> PQ2Wei
     backend = weight_io.Backend("native")
     for r0, raw in weight_io.raw_slices(backend, gf, t, info, rows):
         n = raw.size // (g * formats.PQ2_BLOCK_BYTES)
+        formats.check_scales(raw, blocks_per_row=g, tensor=t.name, first_row=r0)
         conv = backend.convert(raw, n, info.k, "raw", layout, 0, rt)
         codes = -(-n // tr) * tr * info.k // 4  # the slice's stored rows, padding included
         for offset, piece in (

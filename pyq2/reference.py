@@ -1,6 +1,6 @@
 """numpy references of the arithmetic: group-128 Q8 activations and the PQ2_0 matmul.
 
-quantize_q8 is bit-exact by construction (FORMATS.md "Activation quantisation"); matmul_q8 is the
+quantize_q8 is bit-exact by construction (FORMATS.md "3.1 Group-128 Q8"); matmul_q8 is the
 exact answer to the same Q8 problem (integer dots, scales applied in float64); matmul_float is the
 unquantised product the Q8 path approximates.
 """

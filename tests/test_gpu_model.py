@@ -138,3 +138,17 @@ def test_synthetic_tiny_runs_in_a_graph():
     assert graph_ms(step.run, 3) > 0
     logits = step.outputs["output.weight"]
     assert torch.isfinite(logits.float()).all()
+
+
+def test_load_refuses_a_non_finite_scale_and_frees_what_it_uploaded(demo, tmp_path):
+    blob = bytearray(demo.read_bytes())
+    with gguf_io.open_gguf(demo) as gf:
+        at = gf.tensor("blk.0.ffn_gate.weight").offset + 5 * 34  # K = 256: row 2, block 1
+    blob[at : at + 2] = np.float16(np.nan).tobytes()
+    bad = tmp_path / "nan.gguf"
+    bad.write_bytes(blob)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    with pytest.raises(FormatError, match=r"'blk.0.ffn_gate.weight': row 2, block 1 has scale nan"):
+        load(bad)
+    assert torch.cuda.memory_allocated() == before

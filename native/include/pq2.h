@@ -7,8 +7,9 @@
  *
  * Host entry points (suffix _host or layout/format conversions) take host memory only. Device
  * entry points (suffix _cuda) take device memory only; in a build without CUDA they return
- * PQ2_ERR_NO_CUDA. Output buffers whose size is not fixed by the shape arguments come with a byte
- * count that is checked; every other buffer must hold what its shape arguments say.
+ * PQ2_ERR_NO_CUDA. Every host buffer comes with its byte count, checked against the shape
+ * arguments; a device buffer must hold what its shape arguments say (a device pointer cannot be
+ * checked).
  *
  * The declarations between PQ2_CDEF_BEGIN and PQ2_CDEF_END are also the cffi declarations of the
  * Python package (bindings/gen_cdef.py derives them from this file): keep them to plain

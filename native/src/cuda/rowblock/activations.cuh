@@ -118,7 +118,7 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_rowblock_problem
 // two). Lane tq of token block nt then reads record nt * 4 + tq of its unit with one 16-byte
 // shared load instead of four global loads and their 64-bit address arithmetic (469 -> 363
 // instructions per two units at tiles rt 2 U 2, 114 -> 99 registers). Shared memory:
-// tc_cap units per warp (pq2_rowblock_tc_cap), after the reduction buffer (or the ring).
+// tc_cap units per warp (rowblock/launch.cu), after the reduction buffer (or the ring).
 template <int TOKS>
 __device__ __forceinline__ void stage_token_consts(const pq2_rowblock_problem &p, int G,
                                                    int g_begin, int len, int lane, int4 *dst)
