@@ -55,6 +55,13 @@ RECURRENT_TENSORS = (
 _LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
 
 
+class Keys(dict):
+    """Metadata keys held in a dict, read as a file's are (`value(key, default)`)."""
+
+    def value(self, key: str, default: Any = None) -> Any:
+        return self.get(key, default)
+
+
 @dataclass(frozen=True)
 class Dims:
     """The sizes of a qwen35 model: what its tensor shapes and metadata follow from."""
@@ -74,25 +81,27 @@ class Dims:
     def is_attention(self, layer: int) -> bool:
         return (layer + 1) % self.attention_interval == 0
 
-    def keys(self, arch: str = "qwen35", eps: float = 1e-6) -> dict[str, Any]:
+    def keys(self, arch: str = "qwen35", eps: float = 1e-6) -> Keys:
         """The architecture's metadata keys of these sizes."""
-        return {
-            "general.architecture": arch,
-            f"{arch}.block_count": self.n_layers,
-            f"{arch}.embedding_length": self.hidden,
-            f"{arch}.feed_forward_length": self.ffn,
-            f"{arch}.attention.head_count": self.n_head,
-            f"{arch}.attention.head_count_kv": self.n_head_kv,
-            f"{arch}.attention.key_length": self.head_dim,
-            f"{arch}.attention.value_length": self.head_dim,
-            f"{arch}.attention.layer_norm_rms_epsilon": eps,
-            f"{arch}.full_attention_interval": self.attention_interval,
-            f"{arch}.ssm.conv_kernel": 4,
-            f"{arch}.ssm.state_size": self.ssm_head_dim,
-            f"{arch}.ssm.group_count": self.k_heads,
-            f"{arch}.ssm.time_step_rank": self.v_heads,
-            f"{arch}.ssm.inner_size": self.v_heads * self.ssm_head_dim,
-        }
+        return Keys(
+            {
+                "general.architecture": arch,
+                f"{arch}.block_count": self.n_layers,
+                f"{arch}.embedding_length": self.hidden,
+                f"{arch}.feed_forward_length": self.ffn,
+                f"{arch}.attention.head_count": self.n_head,
+                f"{arch}.attention.head_count_kv": self.n_head_kv,
+                f"{arch}.attention.key_length": self.head_dim,
+                f"{arch}.attention.value_length": self.head_dim,
+                f"{arch}.attention.layer_norm_rms_epsilon": eps,
+                f"{arch}.full_attention_interval": self.attention_interval,
+                f"{arch}.ssm.conv_kernel": 4,
+                f"{arch}.ssm.state_size": self.ssm_head_dim,
+                f"{arch}.ssm.group_count": self.k_heads,
+                f"{arch}.ssm.time_step_rank": self.v_heads,
+                f"{arch}.ssm.inner_size": self.v_heads * self.ssm_head_dim,
+            }
+        )
 
     def tensors(self) -> list[tuple[str, str, tuple[int, ...]]]:
         """(name, kind, ne) of every tensor in file order: kind "pq2" for the folded projections

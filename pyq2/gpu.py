@@ -227,11 +227,16 @@ class PQ2Weights:
         )
         return out
 
-    def dequantize(self, out_dtype=None, stream=None):
-        """[n, k] dense weights: (code - 1) * d."""
+    def dequantize(self, out_dtype=None, stream=None, out=None):
+        """[n, k] dense weights: (code - 1) * d (into out, contiguous, when given)."""
         torch = _torch()
         ffi, lib = _native.load()
-        out = torch.empty(self.n, self.k, dtype=out_dtype or torch.float32, device=self.data.device)
+        if out is None:
+            out = torch.empty(
+                self.n, self.k, dtype=out_dtype or torch.float32, device=self.data.device
+            )
+        elif tuple(out.shape) != (self.n, self.k) or not out.is_contiguous():
+            raise ValueError(f"out has shape {tuple(out.shape)}; expected [{self.n}, {self.k}]")
         _native.check(
             lib.pq2_dequantize_cuda(
                 self.struct(),
@@ -288,12 +293,14 @@ class Q8Operand:
         return iter((self.q8, self.scales, self.sums))
 
 
-def quantize_q8(x, stream=None, kernel_operand: bool = False) -> Q8Operand:
-    """The Q8 operand of x [m, k] (pq2_quantize_q8_cuda)."""
+def quantize_q8(
+    x, stream=None, kernel_operand: bool = False, out: Q8Operand | None = None
+) -> Q8Operand:
+    """The Q8 operand of x [m, k] (pq2_quantize_q8_cuda), into out when given."""
     ffi, lib = _native.load()
     x = x.contiguous()
     m, k = x.shape
-    out = Q8Operand.empty(m, k, x.device, kernel_operand)
+    out = Q8Operand.empty(m, k, x.device, kernel_operand) if out is None else out
     _native.check(
         lib.pq2_quantize_q8_cuda(
             ffi.cast("void *", x.data_ptr()),

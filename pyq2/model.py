@@ -64,11 +64,6 @@ class Model:
     def rotation_for(self, width: int) -> DeviceRotation | None:
         return self.rotations.get(width)
 
-    @property
-    def weight_bytes(self) -> int:
-        """Device bytes of the PQ2 weights."""
-        return sum(w.matrix.data.numel() for w in self.weights.values())
-
     def step_bytes(self, m: int) -> int:
         """Bytes of weights one decode step of m tokens reads: every projection whole, m rows of
         the embedding (PQ2_0 bytes: 34 per 128 weights)."""
@@ -104,7 +99,7 @@ def _plan_and_rotation(gf) -> tuple[Plan, Rotation | None, dict[str, Any]]:
     return plan, rotation, infos
 
 
-def _upload_weight(gf, t, info, layout: str, rt: int, staging, device) -> PQ2Weights:
+def _upload_weight(backend, gf, t, info, layout: str, rt: int, staging, device) -> PQ2Weights:
     """The weight converted to `layout` slice by slice into one device buffer."""
     torch = _torch()
     rt = layouts.layout_rt(layout, rt)
@@ -114,7 +109,6 @@ def _upload_weight(gf, t, info, layout: str, rt: int, staging, device) -> PQ2Wei
     rows = weight_io.slice_rows(info.k, tr, weight_io.stored_tile_rows(info))
     scale_start = layouts.region_bytes(layout, info.n, info.k, rt)[0]
     g = info.k // formats.PQ2_BLOCK_WEIGHTS
-    backend = weight_io.Backend("native")
     for r0, raw in weight_io.raw_slices(backend, gf, t, info, rows):
         n = raw.size // (g * formats.PQ2_BLOCK_BYTES)
         formats.check_scales(raw, blocks_per_row=g, tensor=t.name, first_row=r0)
@@ -159,6 +153,7 @@ def load(
         staging = torch.empty(
             2 * weight_io.CONVERT_CHUNK + (1 << 20), dtype=torch.uint8
         ).pin_memory()
+        backend = weight_io.Backend("native")
         weights: dict[str, Weight] = {}
         dense: dict[str, Any] = {}
         done = 0
@@ -166,7 +161,7 @@ def load(
             for t in gf.tensors:
                 info = infos[t.name]
                 if hasattr(info, "k"):
-                    m = _upload_weight(gf, t, info, layout, rt, staging, device)
+                    m = _upload_weight(backend, gf, t, info, layout, rt, staging, device)
                     folded = rotation is not None and (
                         rotation.folds(t.name) or t.name in rotation.inverse_weight_names
                     )
@@ -199,9 +194,15 @@ def synthetic(preset: str | Dims, device: str = "cuda", block: int = 1024, seed:
     torch = _torch()
     dims = PRESETS[preset] if isinstance(preset, str) else preset
     tensors = dims.tensors()
-    plan = decode_plan([n for n, _, _ in tensors], _Keys(dims.keys()))
+    plan = decode_plan([n for n, _, _ in tensors], dims.keys())
     gen = torch.Generator(device=device).manual_seed(seed)
     scale = np.float16(0.01).view(np.uint16).item()
+    # bytes of four codes in 0..2: 81 of the 256 byte values
+    lut = torch.tensor(
+        [b for b in range(256) if all((b >> s) & 3 != 3 for s in (0, 2, 4, 6))],
+        dtype=torch.uint8,
+        device=device,
+    )
     weights, dense, widths = {}, {}, set()
     for name, kind, ne in tensors:
         if kind == "dense":
@@ -210,12 +211,6 @@ def synthetic(preset: str | Dims, device: str = "cuda", block: int = 1024, seed:
         k, n = ne
         codes, scales = layouts.region_bytes("tiles", n, k, 2)
         data = torch.empty(codes + scales, dtype=torch.uint8, device=device)
-        # bytes of four codes in 0..2: 81 of the 256 byte values
-        lut = torch.tensor(
-            [b for b in range(256) if all((b >> s) & 3 != 3 for s in (0, 2, 4, 6))],
-            dtype=torch.uint8,
-            device=device,
-        )
         idx = torch.randint(0, lut.numel(), (codes,), generator=gen, device=device)
         data[:codes] = lut[idx]
         data[codes:].view(torch.int16).fill_(scale)
@@ -226,8 +221,3 @@ def synthetic(preset: str | Dims, device: str = "cuda", block: int = 1024, seed:
         s = torch.randint(0, 2, (w,), generator=gen, device=device, dtype=torch.int8) * 2 - 1
         rotations[w] = DeviceRotation(block if w % block == 0 else 128, s)
     return Model(plan, None, weights, dense, rotations, f"synthetic {preset}", True)
-
-
-class _Keys(dict):
-    def value(self, key: str, default: Any = None) -> Any:
-        return self.get(key, default)

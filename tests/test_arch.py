@@ -4,14 +4,9 @@ the presets, and the refusals of files pyq2 cannot serve."""
 import pytest
 
 from pyq2 import gguf_io
-from pyq2.arch import PRESETS, decode_plan
+from pyq2.arch import PRESETS, Keys, decode_plan
 from pyq2.demo import write_demo_model
 from pyq2.errors import FormatError
-
-
-class Keys(dict):
-    def value(self, key, default=None):
-        return self.get(key, default)
 
 
 def preset_plan(name, drop=(), **override):
@@ -64,10 +59,10 @@ def test_refusals():
     with pytest.raises(FormatError, match=r"does not know: blk\.0\.mystery\.weight"):
         dims = PRESETS["tiny"]
         names = [n for n, _, _ in dims.tensors()] + ["blk.0.mystery.weight"]
-        decode_plan(names, Keys(dims.keys()))
+        decode_plan(names, dims.keys())
     with pytest.raises(FormatError, match=r"does not know: blk\.7\.ffn_up\.weight"):
         dims = PRESETS["tiny"]
-        decode_plan([n for n, _, _ in dims.tensors()] + ["blk.7.ffn_up.weight"], Keys(dims.keys()))
+        decode_plan([n for n, _, _ in dims.tensors()] + ["blk.7.ffn_up.weight"], dims.keys())
     with pytest.raises(FormatError, match="full_attention_interval = 1 says otherwise"):
         preset_plan("tiny", **{"qwen35.full_attention_interval": 1})
     with pytest.raises(FormatError, match="lacks blk.1.ffn_down.weight"):

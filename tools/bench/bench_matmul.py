@@ -240,6 +240,15 @@ def source_commit():
     return head + ("+dirty" if dirty else "")
 
 
+def write_results(path, env, read_gbs, **results):
+    """The JSON every benchmark writes: the environment, the read bandwidth of the same run,
+    the warm-up, then its own results."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        payload = {"env": env, "read_bandwidth_gbs": read_gbs, "warmup_ms": WARMUP_MS}
+        json.dump({**payload, **results}, f, indent=1)
+
+
 def environment():
     smi = subprocess.run(
         ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
@@ -322,17 +331,8 @@ def main(argv=None):
         else [decode_pass(layout, rt, read_gbs, warmup_ms=WARMUP_MS) for layout, rt in layouts]
     )
 
-    result = {
-        "env": env,
-        "read_bandwidth_gbs": [read_gbs, read_gbs_2],
-        "warmup_ms": WARMUP_MS,
-        "rows": rows,
-        "decode_pass_m1": passes,
-    }
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        write_results(args.json, env, [read_gbs, read_gbs_2], rows=rows, decode_pass_m1=passes)
 
     # ---- the table, last ----
     print()

@@ -15,8 +15,6 @@ take 52 GB). Prints a table last and writes JSON (--json). Needs torch with CUDA
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 import torch
@@ -29,6 +27,7 @@ from bench_matmul import (
     resident,
     time_cublas,
     time_pq2,
+    write_results,
 )
 from shapes import SHAPES, pq2_bytes
 
@@ -119,19 +118,7 @@ def main(argv=None):
             "speedup": cub_ms / pq2_ms if cub_ms else None,
         }
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "env": env,
-                    "read_bandwidth_gbs": read_gbs,
-                    "warmup_ms": WARMUP_MS,
-                    "rows": rows,
-                    "prefill_pass": passes,
-                },
-                f,
-                indent=1,
-            )
+        write_results(args.json, env, read_gbs, rows=rows, prefill_pass=passes)
     print(
         "\nus per call incl. activation quantisation; TOPS = 2 M N K / time; x = over cuBLAS bf16"
     )

@@ -23,8 +23,6 @@ Prints a table last and writes JSON (--json). Needs torch with CUDA, triton, and
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 
 import torch
@@ -34,6 +32,7 @@ from bench_matmul import (
     graph_time_us,
     read_bandwidth_gbs,
     resident,
+    write_results,
 )
 from shapes import SHAPES, pq2_bytes
 
@@ -42,6 +41,7 @@ from pyq2.gpu import (
     DeviceRotation,
     Q8Operand,
     norm_rotate_q8,
+    quantize_q8,
     rotate,
     rotate_q8,
     swiglu_rotate_q8,
@@ -87,7 +87,7 @@ def ops_at(m, emb):
     q_plain = Q8Operand.empty(m, HIDDEN)
     return {
         "quantize_q8 5120 (reference)": (
-            lambda: _quantize(h, q_plain),
+            lambda: quantize_q8(h, out=q_plain),
             2 * m * HIDDEN + q8_bytes(m, HIDDEN),
         ),
         "rotate 5120": (lambda: rotate(h, rot_h, out=rot_out), 4 * m * HIDDEN),
@@ -128,36 +128,10 @@ def op_rows(read_gbs, ms):
             rows.append(row(name, m, time_op(fn), nbytes, read_gbs))
     gate_up = resident(*SHAPES["gate_up"][:2], "tiles", 2, 1, seed=4)[0]
     dense = torch.empty(gate_up.n, gate_up.k, dtype=BF16, device="cuda")
-    us = time_op(lambda: _dequantize(gate_up, dense), replays=10)
+    us = time_op(lambda: gate_up.dequantize(out=dense), replays=10)
     nbytes = pq2_bytes(gate_up.n, gate_up.k) + 2 * gate_up.n * gate_up.k
     rows.append(row("dequantize gate_up -> bf16", None, us, nbytes, read_gbs))
     return rows
-
-
-def _quantize(x, out):
-    ffi, lib = _native.load()
-    _native.check(
-        lib.pq2_quantize_q8_cuda(
-            ffi.cast("void *", x.data_ptr()),
-            2,
-            x.shape[0],
-            x.shape[1],
-            out.struct(),
-            ffi.cast("void *", torch.cuda.current_stream().cuda_stream),
-        )
-    )
-
-
-def _dequantize(w, out):
-    ffi, lib = _native.load()
-    _native.check(
-        lib.pq2_dequantize_cuda(
-            w.struct(),
-            ffi.cast("void *", out.data_ptr()),
-            2,
-            ffi.cast("void *", torch.cuda.current_stream().cuda_stream),
-        )
-    )
 
 
 def decode_step(read_gbs, replays=20):
@@ -183,23 +157,9 @@ def decode_step(read_gbs, replays=20):
     emb_out = torch.empty(1, HIDDEN, device="cuda")
     foreign_src = torch.randn(1, HIDDEN, device="cuda").to(BF16)
     foreign_dst = torch.empty_like(foreign_src)
-    structs = {id(w): w.struct() for ws_ in per_shape.values() for w in ws_}
 
     def mm(w, q):
-        ffi, lib = _native.load()
-        _native.check(
-            lib.pq2_matmul_q8_cuda(
-                structs[id(w)],
-                q.struct(),
-                ffi.cast("void *", ys[w.n].data_ptr()),
-                2,
-                1,
-                ffi.NULL,
-                ffi.cast("void *", ws.data_ptr()),
-                ws.numel(),
-                ffi.cast("void *", torch.cuda.current_stream().cuda_stream),
-            )
-        )
+        w.matmul_q8(q, ys[w.n], ws)
 
     def step(foreign):
         def f():
@@ -280,19 +240,7 @@ def main(argv=None):
     torch.cuda.empty_cache()
     step = None if args.no_step else decode_step(read_gbs)
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "env": env,
-                    "read_bandwidth_gbs": read_gbs,
-                    "warmup_ms": WARMUP_MS,
-                    "ops": ops,
-                    "decode_step_m1": step,
-                },
-                f,
-                indent=1,
-            )
+        write_results(args.json, env, read_gbs, ops=ops, decode_step_m1=step)
     print(
         f"\nread bandwidth {read_gbs:.0f} GB/s; us per call; % of the read bandwidth its bytes need"
     )

@@ -15,15 +15,10 @@ from pyq2.formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS
 ORDER = ("gate_up", "down", "in_proj", "qkv", "out", "lm_head")
 
 
-class _Keys(dict):
-    def value(self, key, default=None):
-        return self.get(key, default)
-
-
 def _shapes(preset: str = "bonsai-2-27b") -> dict[str, tuple[int, int, int]]:
     dims = PRESETS[preset]
     ne = {name: shape for name, _, shape in dims.tensors()}
-    plan = decode_plan(list(ne), _Keys(dims.keys()))
+    plan = decode_plan(list(ne), dims.keys())
     found: dict[str, tuple[int, int, int]] = {}
     for s in plan.stages:
         k = ne[s.projections[0]][0]

@@ -25,7 +25,12 @@ TABLE = CUDA / "tuned_configs.inc"
 PRODUCT = CUDA / "rowblock" / "instances.inc"
 TUNING = CUDA / "rowblock" / "instances_tuning.inc"
 
-ROWBLOCK_MAX_M = 16
+# the row-block family's largest m, from the header that defines it
+ROWBLOCK_MAX_M = int(
+    re.search(
+        r"#define\s+PQ2_ROWBLOCK_MAX_M\s+(\d+)", (ROOT / "native/include/pq2.h").read_text()
+    ).group(1)
+)
 KEY_FIELDS = ("grid", "layout", "layout_rt", "row_subtiles", "unroll", "toks", "stages")
 _TUNED = re.compile(r"^PQ2_TUNED\(([^)]*)\)")
 _KERNEL = re.compile(r"^PQ2_ROWBLOCK_KERNEL\(([^)]*)\)")

@@ -30,24 +30,16 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
 import instances  # noqa: E402
 from shapes import SHAPES, pq2_bytes  # noqa: E402
 
+from pyq2.gpu import CONFIG_FIELDS, FAMILY_GEMM, FAMILY_ROWBLOCK  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 SEARCH_CHOICES = ("rowblock", "persistent", "splits", "coarse")  # what --search can name
-# A configuration as a tuple in pq2_matmul_config's field order (pq2.h); the table's columns
-# after (layout, m_max, n, k, layout_rt).
-CONFIG_FIELDS = (
-    "family",
-    "row_subtiles",
-    "tokens",
-    "warps",
-    "unroll",
-    "stages",
-    "blocks",
-    "splits",
-)
-ROWBLOCK, GEMM = 1, 2  # PQ2_FAMILY_ROWBLOCK, PQ2_FAMILY_GEMM
+# A configuration is a tuple in pq2_matmul_config's field order (CONFIG_FIELDS, pq2.h): the
+# table's columns after (layout, m_max, n, k, layout_rt).
+ROWBLOCK, GEMM = FAMILY_ROWBLOCK, FAMILY_GEMM
 FAMILY_NAMES = {ROWBLOCK: "ROWBLOCK", GEMM: "GEMM"}
-ROWBLOCK_MAX_M = 16  # PQ2_ROWBLOCK_MAX_M
+ROWBLOCK_MAX_M = instances.ROWBLOCK_MAX_M
 # Within this fraction of the fastest, the lighter configuration wins (footprint()).
 TIE = 0.02
 

@@ -3,6 +3,7 @@
 // dispatcher's table is select.cu; the rest of the weight path is api_rotate.cu.
 #include "codes.cuh"
 #include "device.h"
+#include "dtypes.cuh"
 #include "gemm/gemm.h"
 #include "launch.cuh"
 #include "quantize/quantize.h"
@@ -10,14 +11,6 @@
 #include "select.h"
 
 namespace {
-
-pq2_status check_dtype(const char *fn, const char *name, int32_t dtype)
-{
-    if (dtype != PQ2_DTYPE_F32 && dtype != PQ2_DTYPE_F16 && dtype != PQ2_DTYPE_BF16)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: %s=%d is not f32 (0), f16 (1) or bf16 (2)", fn, name, (int)dtype);
-    return PQ2_OK;
-}
 
 // Workspace regions of one call, byte offsets, each 256-byte aligned.
 struct workspace_plan {
@@ -84,7 +77,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (m < 1 || m > INT32_MAX)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld must be in 1..%d", fn, (long long)m,
                              INT32_MAX);
-    PQ2_CHECK(check_dtype(fn, "y_dtype", y_dtype));
+    PQ2_CHECK(pq2_check_dtype(fn, "y_dtype", y_dtype));
     PQ2_CHECK_ALIGN(fn, w->data, 16);
     pq2_device dev;
     PQ2_CHECK(pq2_device_get(fn, &dev));
@@ -236,7 +229,7 @@ extern "C" PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtyp
 {
     static const char fn[] = "pq2_quantize_q8_cuda";
     PQ2_CHECK_PTR(fn, x);
-    PQ2_CHECK(check_dtype(fn, "x_dtype", x_dtype));
+    PQ2_CHECK(pq2_check_dtype(fn, "x_dtype", x_dtype));
     if (m <= 0 || k <= 0 || k % 128 != 0)
         return pq2_set_error(PQ2_ERR_SHAPE,
                              "%s: m=%lld k=%lld: need m > 0 and k a positive multiple of 128", fn,
@@ -261,7 +254,7 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     PQ2_CHECK_PTR(fn, y);
     PQ2_CHECK_ALIGN(fn, x, 16);
     PQ2_CHECK_ALIGN(fn, y, 16);
-    PQ2_CHECK(check_dtype(fn, "x_dtype", x_dtype));
+    PQ2_CHECK(pq2_check_dtype(fn, "x_dtype", x_dtype));
     matmul_call c;
     PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &c));
     cudaStream_t s = static_cast<cudaStream_t>(stream);

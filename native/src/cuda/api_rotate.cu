@@ -2,24 +2,12 @@
 // the fused producers of the Q8 operand, rows of a weight matrix and dequantisation. Each checks
 // its arguments, then fills one row transform (rotate/rotate.h) and launches it.
 #include "device.h"
+#include "dtypes.cuh"
 #include "launch.cuh"
 #include "quantize/quantize.h"
 #include "rotate/rotate.h"
 
 namespace {
-
-pq2_status check_dtype(const char *fn, const char *name, int32_t dtype)
-{
-    if (dtype != PQ2_DTYPE_F32 && dtype != PQ2_DTYPE_F16 && dtype != PQ2_DTYPE_BF16)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: %s=%d is not f32 (0), f16 (1) or bf16 (2)", fn, name, (int)dtype);
-    return PQ2_OK;
-}
-
-size_t dtype_bytes(int32_t dtype)
-{
-    return dtype == PQ2_DTYPE_F32 ? 4 : 2;
-}
 
 // m rows of `width` elements: m > 0, width a positive multiple of 128.
 pq2_status check_rows(const char *fn, int64_t m, int64_t width)
@@ -56,7 +44,7 @@ pq2_status begin_producer(const char *fn, int32_t dtype, int64_t m, int64_t widt
                           const pq2_rotation *rot, const pq2_q8 *out, pq2_row_transform *t)
 {
     *t = pq2_row_transform{};
-    PQ2_CHECK(check_dtype(fn, "dtype", dtype));
+    PQ2_CHECK(pq2_check_dtype(fn, "dtype", dtype));
     PQ2_CHECK(check_rows(fn, m, width));
     PQ2_CHECK(set_rotation(fn, rot, width, t));
     pq2_q8_sink o;
@@ -89,8 +77,8 @@ extern "C" PQ2_API pq2_status pq2_rotate_cuda(const void *x, int32_t x_dtype, vo
     PQ2_CHECK_PTR(fn, x);
     PQ2_CHECK_PTR(fn, y);
     PQ2_CHECK_PTR(fn, rot);
-    PQ2_CHECK(check_dtype(fn, "x_dtype", x_dtype));
-    PQ2_CHECK(check_dtype(fn, "y_dtype", y_dtype));
+    PQ2_CHECK(pq2_check_dtype(fn, "x_dtype", x_dtype));
+    PQ2_CHECK(pq2_check_dtype(fn, "y_dtype", y_dtype));
     PQ2_CHECK(check_rows(fn, m, width));
     if (flags != 0 && flags != PQ2_ROTATE_INVERSE)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
@@ -99,7 +87,7 @@ extern "C" PQ2_API pq2_status pq2_rotate_cuda(const void *x, int32_t x_dtype, vo
     PQ2_CHECK_ALIGN(fn, y, 16);
     const size_t n = (size_t)m * (size_t)width;
     if (!(x == y && x_dtype == y_dtype) &&
-        overlap(x, n * dtype_bytes(x_dtype), y, n * dtype_bytes(y_dtype)))
+        overlap(x, n * pq2_dtype_bytes(x_dtype), y, n * pq2_dtype_bytes(y_dtype)))
         return pq2_set_error(
             PQ2_ERR_INVALID_ARGUMENT,
             "%s: x %p and y %p overlap; only y == x with the same dtype rotates in place", fn, x,
@@ -122,8 +110,8 @@ extern "C" PQ2_API pq2_status pq2_norm_rotate_q8_cuda(
     static const char fn[] = "pq2_norm_rotate_q8_cuda";
     PQ2_CHECK_PTR(fn, x);
     PQ2_CHECK_PTR(fn, norm_weight);
-    PQ2_CHECK(check_dtype(fn, "norm_dtype", norm_dtype));
-    if (normed) PQ2_CHECK(check_dtype(fn, "normed_dtype", normed_dtype));
+    PQ2_CHECK(pq2_check_dtype(fn, "norm_dtype", norm_dtype));
+    if (normed) PQ2_CHECK(pq2_check_dtype(fn, "normed_dtype", normed_dtype));
     if (!(eps >= 0.0f) || eps == __builtin_inff())
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: eps=%g must be finite and >= 0", fn,
                              (double)eps);
@@ -134,7 +122,7 @@ extern "C" PQ2_API pq2_status pq2_norm_rotate_q8_cuda(
     PQ2_CHECK_ALIGN(fn, h_out, 16);
     PQ2_CHECK_ALIGN(fn, norm_weight, 16);
     PQ2_CHECK_ALIGN(fn, normed, 16);
-    const size_t bytes = (size_t)m * (size_t)width * dtype_bytes(dtype);
+    const size_t bytes = (size_t)m * (size_t)width * pq2_dtype_bytes(dtype);
     if (overlap(h_out, bytes, x, bytes) || overlap(h_out, bytes, residual, bytes))
         return pq2_set_error(
             PQ2_ERR_INVALID_ARGUMENT,
@@ -196,7 +184,7 @@ extern "C" PQ2_API pq2_status pq2_get_rows_cuda(const pq2_weights *w, const int3
     PQ2_CHECK(pq2_view_of_weights(&t.w, fn, "", w));
     PQ2_CHECK_PTR(fn, ids);
     PQ2_CHECK_PTR(fn, out);
-    PQ2_CHECK(check_dtype(fn, "out_dtype", out_dtype));
+    PQ2_CHECK(pq2_check_dtype(fn, "out_dtype", out_dtype));
     if (n_ids <= 0)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: n_ids=%lld must be > 0", fn, (long long)n_ids);
     PQ2_CHECK_ALIGN(fn, ids, 4);
@@ -216,7 +204,7 @@ extern "C" PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *ou
     pq2_row_transform t{};
     PQ2_CHECK(pq2_view_of_weights(&t.w, fn, "", w));
     PQ2_CHECK_PTR(fn, out);
-    PQ2_CHECK(check_dtype(fn, "out_dtype", out_dtype));
+    PQ2_CHECK(pq2_check_dtype(fn, "out_dtype", out_dtype));
     PQ2_CHECK_ALIGN(fn, out, 16);
     t.source = PQ2_SOURCE_WEIGHTS, t.ids = nullptr;
     t.y = out, t.y_dtype = out_dtype, t.m = t.w.n, t.width = t.w.k;

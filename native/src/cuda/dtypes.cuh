@@ -5,7 +5,24 @@
 #include <cuda_fp16.h>
 #include <stddef.h>
 
+#include "common/errors.h"
 #include "pq2.h"
+
+// Bytes of one element of `dtype` (f32: 4, f16 and bf16: 2).
+__host__ __device__ constexpr size_t pq2_dtype_bytes(int dtype)
+{
+    return dtype == PQ2_DTYPE_F32 ? 4 : 2;
+}
+
+// PQ2_ERR_INVALID_ARGUMENT (naming the entry point fn and the argument) unless dtype is a
+// pq2_dtype.
+inline pq2_status pq2_check_dtype(const char *fn, const char *name, int32_t dtype)
+{
+    if (dtype != PQ2_DTYPE_F32 && dtype != PQ2_DTYPE_F16 && dtype != PQ2_DTYPE_BF16)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: %s=%d is not f32 (0), f16 (1) or bf16 (2)", fn, name, (int)dtype);
+    return PQ2_OK;
+}
 
 // Stores v as element i of a y buffer of `dtype` (round to nearest even).
 __device__ __forceinline__ void pq2_store_from_f32(void *p, size_t i, int dtype, float v)

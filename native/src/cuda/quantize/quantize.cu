@@ -163,10 +163,7 @@ pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, i
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_BF16>, x, m, k, q8,
                                             scales, sums, bits, records, zero, n_zero));
         break;
-    default:
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: x_dtype=%d is not f32 (0), f16 (1) or bf16 (2)", fn,
-                             (int)x_dtype);
+    default: return pq2_check_dtype(fn, "x_dtype", x_dtype);
     }
     return pq2_launch_status(fn);
 }

@@ -28,7 +28,7 @@ __device__ __forceinline__ void load4_any(const void *p, int32_t dtype, float (&
 
 __device__ __forceinline__ const void *elem(const void *base, int32_t dtype, int64_t i)
 {
-    return static_cast<const char *>(base) + i * (dtype == PQ2_DTYPE_F32 ? 4 : 2);
+    return static_cast<const char *>(base) + i * (int64_t)pq2_dtype_bytes(dtype);
 }
 
 __device__ __forceinline__ void store4(void *base, int32_t dtype, int64_t i, const float (&v)[4])
