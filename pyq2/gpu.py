@@ -50,7 +50,8 @@ CONFIG_FIELDS = (
     "blocks",
     "splits",
 )
-FAMILY_ROWBLOCK, FAMILY_GEMM = 1, 2  # PQ2_FAMILY_ROWBLOCK, PQ2_FAMILY_GEMM (pq2.h)
+# PQ2_FAMILY_ROWBLOCK, PQ2_FAMILY_GEMM, PQ2_FAMILY_GEMM_SM90 (pq2.h)
+FAMILY_ROWBLOCK, FAMILY_GEMM, FAMILY_GEMM_SM90 = 1, 2, 3
 
 
 def _config(**fields):
@@ -80,11 +81,13 @@ def matmul_config(
     )
 
 
-def gemm_config(tokens: int, stages: int = 4, splits: int = 0):
-    """A GEMM-family pq2_matmul_config: blocks of 128 weight rows x `tokens` (32, 64, 128),
-    a cp.async pipeline of `stages` (2..4), the 128-groups split over `splits` blocks (2..16)."""
+def gemm_config(tokens: int, stages: int = 4, splits: int = 0, family: int = FAMILY_GEMM):
+    """A GEMM pq2_matmul_config: blocks of 128 weight rows x `tokens`, a cp.async pipeline of
+    `stages`, the 128-groups split over `splits` blocks (2..16). FAMILY_GEMM (portable,
+    mma.sync): tokens 32, 64, 128, stages 2..4; FAMILY_GEMM_SM90 (wgmma, compute capability 9.0
+    only): tokens 64, 96, stages 3..6."""
     return _config(
-        family=FAMILY_GEMM,
+        family=family,
         row_subtiles=8,
         tokens=tokens,
         warps=8,

@@ -24,7 +24,13 @@ if not torch.cuda.is_available():
 
 from pyq2 import _native, host, reference  # noqa: E402
 from pyq2.errors import Pq2Error  # noqa: E402
-from pyq2.gpu import PQ2Weights, gemm_config, matmul_config, quantize_q8  # noqa: E402
+from pyq2.gpu import (  # noqa: E402
+    FAMILY_GEMM_SM90,
+    PQ2Weights,
+    gemm_config,
+    matmul_config,
+    quantize_q8,
+)
 
 _ffi, _lib = _native.load()
 if not _lib.pq2_built_with_cuda():
@@ -667,6 +673,87 @@ def test_gemm_explicit_configs_and_determinism():
                 what = f"tokens={tokens} stages={stages} splits={splits}"
                 assert rel_rms(ys[0], ref) <= Y_TOL[torch.float32], what
                 assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], yq), what
+
+
+def sm90_device() -> bool:
+    return torch.cuda.get_device_capability() == (9, 0)
+
+
+needs_sm90 = pytest.mark.skipif(
+    not torch.cuda.is_available() or not sm90_device(), reason="the sm_90a GEMM needs a 9.0 GPU"
+)
+
+
+@needs_sm90
+def test_gemm_sm90_explicit_configs_bit_identical_to_portable():
+    """Every compiled sm_90a GEMM kernel (tokens x stages), with and without split groups, on a
+    poisoned workspace: within the reference's tolerance, deterministic, the q8 entry point gives
+    the same bits, and at tokens 64 the bits of the portable kernel of the same tile and splits
+    (the same integer products, promoted in the same order)."""
+    shape, m = (1000, 5248), 100
+    codes, scales, w = weights(shape, "random", "tiles", 2)
+    x = activations(m, shape[1], "normal", torch.float32, 7)
+    xq = quantize_q8(x)
+    ref = q8_reference(codes, scales, *xq)
+    for tokens in (64, 96):
+        for stages in (3, 4, 5, 6):
+            for splits in (1, 3, 16):
+                cfg = gemm_config(tokens, stages, splits, FAMILY_GEMM_SM90)
+                work = w.workspace(m, cfg)
+                ys = []
+                for _ in range(2):
+                    work.fill_(0xAB)
+                    y = torch.full((m, shape[0]), float("nan"), device="cuda")
+                    ys.append(w.matmul(x, out=y, workspace=work, cfg=cfg))
+                work.fill_(0xAB)
+                yq = w.matmul_q8(xq, torch.full_like(ys[0], float("nan")), work, cfg)
+                torch.cuda.synchronize()
+                what = f"tokens={tokens} stages={stages} splits={splits}"
+                assert rel_rms(ys[0], ref) <= Y_TOL[torch.float32], what
+                assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], yq), what
+                if tokens == 64:
+                    yp = w.matmul(x, cfg=gemm_config(64, 4, splits))
+                    assert torch.equal(ys[0], yp), what
+
+
+@needs_sm90
+@pytest.mark.parametrize("tokens", [64, 96])
+@pytest.mark.parametrize(
+    "shape",
+    [(1, 128), (17, 384), (100, 5248), (1000, 640), (4111, 1024)],
+    ids=["n1_k128", "n17_k384", "n100_k5248", "n1000_k640", "n4111_k1024"],
+)
+def test_gemm_sm90_every_m(shape, tokens):
+    """The sm_90a kernels at every boundary of m, rows and groups off the tile sizes, tile
+    heights 1 and 4, against the reference (the portable kernel's bits at tokens 64)."""
+    for rt in (1, 4):
+        codes, scales, w = weights(shape, "random", "tiles", rt)
+        for m in GEMM_M:
+            if m >= 2048 and shape[0] > 1000:
+                continue
+            x = activations(m, shape[1], "normal", torch.float32, m)
+            xq = quantize_q8(x)
+            cfg = gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90)
+            y = w.matmul(x, out=torch.full((m, shape[0]), float("nan"), device="cuda"), cfg=cfg)
+            torch.cuda.synchronize()
+            what = f"m={m} rt={rt}"
+            assert rel_rms(y, q8_reference(codes, scales, *xq)) <= Y_TOL[torch.float32], what
+            if tokens == 64:
+                assert torch.equal(y, w.matmul(x, cfg=gemm_config(64, 4, 1))), what
+
+
+@needs_sm90
+def test_gemm_sm90_bad_configs():
+    codes, scales, w = weights((1000, 640), "random", "tiles", 2)
+    x = activations(40, 640, "normal", torch.float32, 0)
+    for cfg, words in (
+        (gemm_config(32, 4, 0, FAMILY_GEMM_SM90), "tokens=32"),
+        (gemm_config(64, 2, 0, FAMILY_GEMM_SM90), "stages=2"),
+        (gemm_config(64, 7, 0, FAMILY_GEMM_SM90), "stages=7"),
+    ):
+        with pytest.raises(Pq2Error) as e:
+            w.matmul(x, cfg=cfg)
+        assert e.value.status_name == "PQ2_ERR_INVALID_ARGUMENT" and words in e.value.message
 
 
 def test_gemm_bad_configs():

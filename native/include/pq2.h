@@ -209,8 +209,9 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
  * (prefill: the arithmetic dominates). ARCHITECTURE.md says why each is built so. */
 #define PQ2_FAMILY_ROWBLOCK 1
 #define PQ2_FAMILY_GEMM 2
+#define PQ2_FAMILY_GEMM_SM90 3
 typedef struct pq2_matmul_config {
-    int32_t family; /* PQ2_FAMILY_ROWBLOCK or PQ2_FAMILY_GEMM */
+    int32_t family; /* PQ2_FAMILY_ROWBLOCK, PQ2_FAMILY_GEMM or PQ2_FAMILY_GEMM_SM90 */
     int32_t row_subtiles;
     int32_t tokens;
     int32_t warps;

@@ -24,7 +24,7 @@ size_t align256(size_t x)
 
 bool is_gemm(const pq2_matmul_config &cfg)
 {
-    return cfg.family == PQ2_FAMILY_GEMM;
+    return cfg.family == PQ2_FAMILY_GEMM || cfg.family == PQ2_FAMILY_GEMM_SM90;
 }
 
 // The operands the row-block kernels read besides the Q8 (codes.cuh): bit slices at m == 1,
@@ -81,7 +81,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     PQ2_CHECK_ALIGN(fn, w->data, 16);
     pq2_device dev;
     PQ2_CHECK(pq2_device_get(fn, &dev));
-    *cfg = cfg_in ? *cfg_in : pq2_select_config(*v, m, dev.sms);
+    *cfg = cfg_in ? *cfg_in : pq2_select_config(*v, m, dev.sms, dev.cc);
     if (!cfg_in && cfg->family == 0)
         return pq2_set_error(
             PQ2_ERR_UNSUPPORTED,
@@ -96,8 +96,9 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     if (cfg->family != PQ2_FAMILY_ROWBLOCK)
         return pq2_set_error(
             PQ2_ERR_INVALID_ARGUMENT,
-            "%s: config family=%d is not PQ2_FAMILY_ROWBLOCK (1) or PQ2_FAMILY_GEMM (2)", fn,
-            (int)cfg->family);
+            "%s: config family=%d is not PQ2_FAMILY_ROWBLOCK (1), PQ2_FAMILY_GEMM (2) or "
+            "PQ2_FAMILY_GEMM_SM90 (3)",
+            fn, (int)cfg->family);
     if (m > PQ2_ROWBLOCK_MAX_M)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld: the row-block family serves m in 1..%d",
                              fn, (long long)m, PQ2_ROWBLOCK_MAX_M);

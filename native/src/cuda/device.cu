@@ -43,7 +43,7 @@ pq2_status pq2_device_get(const char *fn, pq2_device *out)
                 fn, dev, major, minor);
         PQ2_CHECK(pq2_select_check_table(fn));
         PQ2_CHECK(pq2_rowblock_init_device(fn, smem));
-        PQ2_CHECK(pq2_gemm_init_device(fn, smem));
+        PQ2_CHECK(pq2_gemm_init_device(fn, major * 10 + minor, smem));
         d.facts.sms = sms, d.facts.cc = major * 10 + minor, d.facts.max_smem = smem;
         d.ready.store(1, std::memory_order_release);
     }

@@ -177,6 +177,23 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
                  : "memory");
 }
 
+// cp_async16 / cp_async4 issued only where `issue` (a predicate inside the instruction, no
+// branch: the Hopper GEMM keeps its warps convergent while wgmmas are in flight).
+__device__ __forceinline__ void cp_async16_if(bool issue, void *dst, const void *src, bool valid)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n"
+                 "@p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(valid ? 16 : 0), "r"((int)issue)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async4_if(bool issue, void *dst, const void *src, bool valid)
+{
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n"
+                 "@p cp.async.ca.shared.global [%0], [%1], 4, %2;\n}\n" ::"r"(smem_u32(dst)),
+                 "l"(src), "r"(valid ? 4 : 0), "r"((int)issue)
+                 : "memory");
+}
+
 __device__ __forceinline__ void cp_async_commit()
 {
     asm volatile("cp.async.commit_group;" ::: "memory");
@@ -186,4 +203,120 @@ __device__ __forceinline__ void cp_async_commit()
 template <int N> __device__ __forceinline__ void cp_async_wait()
 {
     asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+// ---- sm_90a warpgroup MMAs (wgmma) ----------------------------------------------------------
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define PQ2_WGMMA 1
+#else
+#define PQ2_WGMMA 0
+#endif
+
+// Orders this warpgroup's register writes (A fragments, accumulators) before the wgmmas after it.
+__device__ __forceinline__ void wgmma_fence()
+{
+#if PQ2_WGMMA
+    asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit()
+{
+#if PQ2_WGMMA
+    asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+#endif
+}
+// Waits until at most N of this warpgroup's committed wgmma groups are pending.
+template <int N> __device__ __forceinline__ void wgmma_wait()
+{
+#if PQ2_WGMMA
+    asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
+#endif
+}
+// Keeps the compiler from moving reads or writes of r across a wgmma fence, commit or wait.
+__device__ __forceinline__ void wgmma_pin(int &r)
+{
+    asm volatile("" : "+r"(r)::"memory");
+}
+
+// The shared-memory matrix descriptor of a K-major operand whose rows are 128 bytes, stored in
+// 8-row atoms of 1024 bytes with the 128-byte swizzle (16-byte chunk c of row r at c ^ (r % 8)).
+__device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr)
+{
+    return (uint64_t)((smem_addr & 0x3FFFF) >> 4) | (uint64_t)1 << 16 |
+           (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
+}
+
+// D(64 x 64, s32) = A(64 x 32 u8, registers: a warp's 16 rows in the m16n8k32 A fragment
+// layout) * B(64 x 32 s8, K-major in shared memory at desc) (+ D when accumulate).
+__device__ __forceinline__ void wgmma_u8s8_n64(int (&d)[32], const uint32_t (&a)[4], uint64_t desc,
+                                               bool accumulate)
+{
+#if PQ2_WGMMA
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.s32.u8.s8 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%"
+                 "22,%23,%24,%25,%26,%27,%28,%29,%30,%31}, {%32,%33,%34,%35}, %36, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),
+                   "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]),
+                   "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]),
+                   "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+                   "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]),
+                   "+r"(d[30]), "+r"(d[31])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"((int)accumulate));
+#else
+    (void)d, (void)a, (void)desc, (void)accumulate;
+#endif
+}
+
+// D(64 x 96, s32) = A(64 x 32 u8, registers: a warp's 16 rows in the m16n8k32 A fragment
+// layout) * B(96 x 32 s8, K-major in shared memory at desc) (+ D when accumulate).
+__device__ __forceinline__ void wgmma_u8s8_n96(int (&d)[48], const uint32_t (&a)[4], uint64_t desc,
+                                               bool accumulate)
+{
+#if PQ2_WGMMA
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n96k32.s32.u8.s8 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%"
+                 "22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%"
+                 "42,%43,%44,%45,%46,%47}, {%48,%49,%50,%51}, %52, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),
+                   "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]),
+                   "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]),
+                   "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+                   "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]),
+                   "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]),
+                   "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]),
+                   "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"((int)accumulate));
+#else
+    (void)d, (void)a, (void)desc, (void)accumulate;
+#endif
+}
+
+// D(64 x 128, s32) = A(64 x 32 u8, registers: a warp's 16 rows in the m16n8k32 A fragment
+// layout) * B(128 x 32 s8, K-major in shared memory at desc) (+ D when accumulate).
+__device__ __forceinline__ void wgmma_u8s8_n128(int (&d)[64], const uint32_t (&a)[4], uint64_t desc,
+                                                bool accumulate)
+{
+#if PQ2_WGMMA
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k32.s32.u8.s8 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%"
+                 "22,%23,%24,%25,%26,%27,%28,%29,%30,%31,%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%"
+                 "42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%"
+                 "62,%63}, {%64,%65,%66,%67}, %68, p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),
+                   "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]),
+                   "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]), "+r"(d[16]), "+r"(d[17]),
+                   "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
+                   "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]),
+                   "+r"(d[30]), "+r"(d[31]), "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]),
+                   "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]), "+r"(d[40]), "+r"(d[41]),
+                   "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
+                   "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]),
+                   "+r"(d[54]), "+r"(d[55]), "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]),
+                   "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"((int)accumulate));
+#else
+    (void)d, (void)a, (void)desc, (void)accumulate;
+#endif
 }

@@ -18,6 +18,7 @@ struct tuned_entry {
 #define PLANES PQ2_LAYOUT_PLANES
 #define ROWBLOCK PQ2_FAMILY_ROWBLOCK
 #define GEMM PQ2_FAMILY_GEMM
+#define GEMM_SM90 PQ2_FAMILY_GEMM_SM90
 #define PQ2_TUNED(layout, m_max, n, k, layout_rt, family, row_subtiles, tokens, warps, unroll, \
                   stages, blocks, splits)                                                      \
     {layout, m_max,     n,                                                                     \
@@ -28,14 +29,18 @@ const tuned_entry kTable[] = {
 #undef PQ2_TUNED
 #undef ROWBLOCK
 #undef GEMM
+#undef GEMM_SM90
 #undef TILES
 #undef PLANES
 
-// The first entry for (layout, layout_rt, n, k) that serves m, or NULL.
-const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t k, int64_t m)
+// The first entry for (layout, layout_rt, n, k) that serves m, or NULL; entries of the sm_90a
+// family only when `sm90` (the device runs them).
+const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t k, int64_t m,
+                          bool sm90 = false)
 {
     for (const tuned_entry &e : kTable)
         if (e.layout == layout && e.n == n && e.k == k && m <= e.m_max &&
+            (sm90 || e.cfg.family != PQ2_FAMILY_GEMM_SM90) &&
             (layout != PQ2_LAYOUT_TILES || e.layout_rt == layout_rt))
             return &e;
     return nullptr;
@@ -43,17 +48,18 @@ const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t 
 
 }  // namespace
 
-pq2_matmul_config pq2_select_config(const pq2_view &v, int64_t m, int sms)
+pq2_matmul_config pq2_select_config(const pq2_view &v, int64_t m, int sms, int cc)
 {
     const int32_t rt = v.layout == PQ2_LAYOUT_TILES ? v.rt : 0;
-    const tuned_entry *e = lookup(v.layout, rt, v.n, v.k, m);
-    if (!e) e = lookup(v.layout, rt, 0, 0, m);
+    const bool sm90 = pq2_gemm_sm90_runs(cc);
+    const tuned_entry *e = lookup(v.layout, rt, v.n, v.k, m, sm90);
+    if (!e) e = lookup(v.layout, rt, 0, 0, m, sm90);
     if (!e) {
         pq2_matmul_config none = {};  // family 0: the caller says there is no kernel
         return none;
     }
     pq2_matmul_config cfg = e->cfg;
-    if (cfg.family == PQ2_FAMILY_GEMM && cfg.splits == 0)
+    if ((cfg.family == PQ2_FAMILY_GEMM || cfg.family == PQ2_FAMILY_GEMM_SM90) && cfg.splits == 0)
         cfg.splits = pq2_gemm_auto_splits(cfg, v.n, v.k, m, sms);
     return cfg;
 }

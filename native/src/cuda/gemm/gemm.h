@@ -1,5 +1,5 @@
-// gemm.h - the host side of the GEMM family (any m, tiles layout): configuration checks, grid,
-// workspace needs, one-time device setup and the launch.
+// gemm.h - the host side of the GEMM families (any m, tiles layout; portable and sm_90a):
+// configuration checks, grid, workspace needs, one-time device setup and the launch.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,7 +23,17 @@ struct pq2_gemm_problem {
     int32_t splits;
 };
 
-pq2_status pq2_gemm_init_device(const char *fn, int max_smem_optin);
+// The kernels' shared-memory limits (the sm_90a kernels only on a compute capability 9.0 device).
+pq2_status pq2_gemm_init_device(const char *fn, int cc, int max_smem_optin);
+
+// Whether this libpq2 holds the sm_90a kernels of PQ2_FAMILY_GEMM_SM90.
+bool pq2_gemm_sm90_built();
+
+// Whether a device of compute capability cc runs PQ2_FAMILY_GEMM_SM90 with this build.
+inline bool pq2_gemm_sm90_runs(int cc)
+{
+    return cc == 90 && pq2_gemm_sm90_built();
+}
 
 // PQ2_OK when cfg is a valid GEMM configuration for this layout that the device can run.
 pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, int32_t layout,

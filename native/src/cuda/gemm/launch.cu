@@ -1,13 +1,15 @@
-// launch.cu - the GEMM family's host side (gemm.h): its compiled kernels (tokens 32, 64, 128 x
-// pipeline depth 2..4), configuration checks, grid, workspace, launch.
-#include "gemm/kernel.cuh"
+// launch.cu - the GEMM families' host side (gemm.h): their compiled kernels (portable: tokens
+// 32, 64, 128 x pipeline depth 2..4; sm_90a: tokens 64, 96 x depth 3..6), configuration
+// checks, grid, workspace, launch.
+#include "gemm/kernel_mma.cuh"
+#include "gemm/kernel_wgmma.cuh"
 #include "launch.cuh"
 
 namespace {
 
 using gemm_fn = void (*)(const pq2_gemm_problem);
 
-template <int BM> gemm_fn kernel_for_stages(int stages)
+template <int BM> gemm_fn mma_kernel(int stages)
 {
     switch (stages) {
     case 2: return pq2_gemm::gemm_kernel<BM, 2>;
@@ -17,18 +19,43 @@ template <int BM> gemm_fn kernel_for_stages(int stages)
     }
 }
 
+template <int BN> gemm_fn wgmma_kernel(int stages)
+{
+    switch (stages) {
+    case 3: return pq2_gemm::wgmma_kernel<BN, 3>;
+    case 4: return pq2_gemm::wgmma_kernel<BN, 4>;
+    case 5: return pq2_gemm::wgmma_kernel<BN, 5>;
+    case 6: return pq2_gemm::wgmma_kernel<BN, 6>;
+    default: return nullptr;
+    }
+}
+
+bool is_sm90(const pq2_matmul_config &cfg)
+{
+    return cfg.family == PQ2_FAMILY_GEMM_SM90;
+}
+
 gemm_fn find_kernel(const pq2_matmul_config &cfg)
 {
+    if (is_sm90(cfg)) switch (cfg.tokens) {
+        case 64: return wgmma_kernel<64>(cfg.stages);
+        case 96: return wgmma_kernel<96>(cfg.stages);
+        default: return nullptr;
+        }
     switch (cfg.tokens) {
-    case 32: return kernel_for_stages<32>(cfg.stages);
-    case 64: return kernel_for_stages<64>(cfg.stages);
-    case 128: return kernel_for_stages<128>(cfg.stages);
+    case 32: return mma_kernel<32>(cfg.stages);
+    case 64: return mma_kernel<64>(cfg.stages);
+    case 128: return mma_kernel<128>(cfg.stages);
     default: return nullptr;
     }
 }
 
 size_t smem_bytes(const pq2_matmul_config &cfg)
 {
+    if (is_sm90(cfg)) switch (cfg.tokens) {
+        case 64: return pq2_gemm::wg_smem_bytes<64>(cfg.stages);
+        default: return pq2_gemm::wg_smem_bytes<96>(cfg.stages);
+        }
     switch (cfg.tokens) {
     case 32: return pq2_gemm::smem_bytes<32>(cfg.stages);
     case 64: return pq2_gemm::smem_bytes<64>(cfg.stages);
@@ -51,11 +78,22 @@ int32_t splits_of(const pq2_matmul_config &cfg)
 
 }  // namespace
 
-pq2_status pq2_gemm_init_device(const char *fn, int max_smem_optin)
+pq2_status pq2_gemm_init_device(const char *fn, int cc, int max_smem_optin)
 {
+    pq2_matmul_config c = {};
+    c.family = PQ2_FAMILY_GEMM;
     for (int tokens : {32, 64, 128})
         for (int stages = 2; stages <= 4; ++stages) {
-            pq2_matmul_config c = {};
+            c.tokens = tokens, c.stages = stages;
+            if (smem_bytes(c) <= (size_t)max_smem_optin)
+                PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(find_kernel(c),
+                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                      (int)smem_bytes(c)));
+        }
+    if (!pq2_gemm_sm90_runs(cc)) return PQ2_OK;
+    c.family = PQ2_FAMILY_GEMM_SM90;
+    for (int tokens : {64, 96})
+        for (int stages = 3; stages <= 6; ++stages) {
             c.tokens = tokens, c.stages = stages;
             if (smem_bytes(c) <= (size_t)max_smem_optin)
                 PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(find_kernel(c),
@@ -65,10 +103,18 @@ pq2_status pq2_gemm_init_device(const char *fn, int max_smem_optin)
     return PQ2_OK;
 }
 
+bool pq2_gemm_sm90_built()
+{
+#ifdef PQ2_HAS_SM90A
+    return true;
+#else
+    return false;
+#endif
+}
+
 pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, int32_t layout,
                                  int cc, int max_smem)
 {
-    (void)cc;
     if (layout != PQ2_LAYOUT_TILES)
         return pq2_set_error(
             PQ2_ERR_UNSUPPORTED,
@@ -81,12 +127,30 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
             "%s: GEMM config row_subtiles=%d warps=%d unroll=%d blocks=%d: the family takes "
             "row_subtiles 8, warps 8, unroll 1, blocks 0",
             fn, (int)cfg.row_subtiles, (int)cfg.warps, (int)cfg.unroll, (int)cfg.blocks);
-    if (cfg.tokens != 32 && cfg.tokens != 64 && cfg.tokens != 128)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: GEMM config tokens=%d is not 32, 64 or 128", fn, (int)cfg.tokens);
-    if (cfg.stages < 2 || cfg.stages > 4)
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: GEMM config stages=%d is not in 2..4",
-                             fn, (int)cfg.stages);
+    if (is_sm90(cfg)) {
+        if (!pq2_gemm_sm90_runs(cc))
+            return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                                 "%s: config family PQ2_FAMILY_GEMM_SM90 needs a compute "
+                                 "capability 9.0 device and a libpq2 built for sm_90a (this "
+                                 "device: %d.%d; built for sm_90a: %s)",
+                                 fn, cc / 10, cc % 10, pq2_gemm_sm90_built() ? "yes" : "no");
+        if (cfg.tokens != 64 && cfg.tokens != 96)
+            return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                                 "%s: GEMM_SM90 config tokens=%d is not 64 or 96", fn,
+                                 (int)cfg.tokens);
+        if (cfg.stages < 3 || cfg.stages > 6)
+            return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                                 "%s: GEMM_SM90 config stages=%d is not in 3..6", fn,
+                                 (int)cfg.stages);
+    } else {
+        if (cfg.tokens != 32 && cfg.tokens != 64 && cfg.tokens != 128)
+            return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                                 "%s: GEMM config tokens=%d is not 32, 64 or 128", fn,
+                                 (int)cfg.tokens);
+        if (cfg.stages < 2 || cfg.stages > 4)
+            return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                                 "%s: GEMM config stages=%d is not in 2..4", fn, (int)cfg.stages);
+    }
     if (cfg.splits < 0 || cfg.splits > 16)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: GEMM config splits=%d is not in 0..16",
                              fn, (int)cfg.splits);
