@@ -5,15 +5,21 @@ pytest's importlib mode keeps tests/ and the source tree off sys.path.
 """
 
 import errno
+import importlib.util
 import os
 import struct
+import zlib
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import pyq2
-from pyq2 import formats, gguf_io, layouts
+from pyq2 import formats, gguf_io, layouts, reference
 from pyq2.demo import write_demo_model
+from pyq2.rotation import Rotation
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # ---- subprocesses -------------------------------------------------------------------------
 
@@ -27,6 +33,11 @@ def subprocess_env() -> dict:
 
 
 # ---- PQ2_0 data ---------------------------------------------------------------------------
+
+
+def keyed_rng(*key):
+    """A numpy generator seeded by key (any repr-able values): the same key, the same numbers."""
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
 
 
 def random_raw(n, k, seed=0, finite=False):
@@ -142,3 +153,97 @@ def full_disk(monkeypatch):
         monkeypatch.setattr(gguf_io, "_write", write)
 
     return arm
+
+
+# ---- the demo model against its unfolded float weights ------------------------------------
+
+# Relative RMS bounds of the demo model's weight path against float64 numpy from its UNFOLDED
+# float weights (tests/test_gpu_model.py, tests/test_gpu_demo_hosts.py, tests/test_readme_host.py)
+FOLD_TOL = 1e-2  # a folded projection: Q8 of the rotated activation against the unquantised
+#                  product (the weights are exact; numpy's Q8 gives 5e-3 to 8.5e-3 on the
+#                  demo's K = 256 head at m = 1)
+ROW_TOL = 2e-6  # embedding rows with the inverse rotation: fp32 butterflies
+NORMED_TOL = 1e-5  # the un-rotated RMSNorm output in fp32, and the side projections reading it
+
+
+@pytest.fixture(scope="session")
+def demo_gguf(tmp_path_factory):
+    """The demo model (pyq2.demo), written once per session: read it, never edit it (the `demo`
+    fixture gives a test a copy of its own)."""
+    return write_demo_model(tmp_path_factory.mktemp("demo-model") / "demo.gguf")
+
+
+def unfolded_weights(path):
+    """(name -> float64 [N, K] of every ternary weight, unfolded; name -> float32 dense tensor;
+    the file's Rotation), read from the file with numpy only."""
+    out, dense = {}, {}
+    with gguf_io.open_gguf(path) as gf:
+        widths = {t.name: t.ne[0] for t in gf.tensors}
+        rot = Rotation.from_file(gf, widths)
+        for t in gf.tensors:
+            raw = np.array(gf.data(t))
+            if t.type_name in ("PQ2_0", "PTQ1_0"):
+                k, n = t.ne
+                if t.type_name == "PTQ1_0":
+                    raw = formats.ptq1_to_pq2(raw)
+                w = formats.pq2_dequantize(raw, n, k)
+                folded = rot.folds(t.name) or t.name in rot.inverse_weight_names
+                out[t.name] = reference.unfold(w, rot.block, rot.signs_for(k)) if folded else w
+            else:
+                dense[t.name] = raw.view(np.float32).reshape(tuple(reversed(t.ne)))
+    return out, dense, rot
+
+
+@pytest.fixture(scope="session")
+def demo_unfolded(demo_gguf):
+    """unfolded_weights of the demo model."""
+    return unfolded_weights(demo_gguf)
+
+
+def f64(t):
+    """float64 numpy of a torch tensor (any device) or of an array; None stays None."""
+    if t is None:
+        return None
+    if hasattr(t, "detach"):
+        return t.detach().double().cpu().numpy()
+    return np.asarray(t, dtype=np.float64)
+
+
+def stage_activation(stage, plan, inputs, grouped: bool) -> np.ndarray:
+    """float64 [m, width]: the un-rotated activation a stage's projections read (pyq2.arch
+    Stage), from its producer's inputs by role (torch tensors or arrays, as pyq2.step records
+    them): norm: RMSNorm(x + residual) * norm (residual None: x); mixer: x, in the grouped V-head
+    order when the stage permutes and the file is `grouped`; swiglu: silu(gate) * up."""
+    if stage.producer == "norm":
+        h = f64(inputs["x"])
+        if inputs.get("residual") is not None:
+            h = h + f64(inputs["residual"])
+        return reference.rmsnorm(h, f64(inputs["norm"]), plan.eps)
+    if stage.producer == "mixer":
+        act = f64(inputs["x"])
+        if stage.permute and grouped:
+            act = reference.gdn_v_grouped(act, plan.v_heads, plan.k_heads)
+        return act
+    return reference.swiglu(f64(inputs["gate"]), f64(inputs["up"]))
+
+
+def assert_matches_unfolded(out, act, weight, what: str, tol: float = FOLD_TOL) -> None:
+    """out (a projection's output) against act . weight^T in float64 within tol relative RMS."""
+    want = f64(act) @ np.asarray(weight, dtype=np.float64).T
+    got = f64(out)
+    err = reference.rel_rms(got, want)
+    assert err <= tol, f"{what}: rel RMS {err:.3g} > {tol}; {reference.worst_element(got, want)}"
+
+
+# ---- tools/examples/ctypes_host.py --------------------------------------------------------
+
+CTYPES_EXAMPLE = ROOT / "tools" / "examples" / "ctypes_host.py"
+
+
+def import_ctypes_example():
+    """tools/examples/ctypes_host.py as a module (a fresh copy on every call)."""
+    spec = importlib.util.spec_from_file_location("ctypes_host", CTYPES_EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

@@ -5,22 +5,21 @@ names, offsets and field types of the cffi declarations derived from pq2.h, and 
 it declares has the header's argument types; its host half (pq2_convert_layout through ctypes)
 gives pyq2.host's bytes; a failing call raises with the status name and pq2_last_error.
 On a GPU: its rotated projection gives the bits of pyq2.gpu's rotate_q8 + matmul_q8 on the same
-inputs (the same kernels, deterministic), and the unfolded float product within FOLD_TOL, the
-bound of tests/test_gpu_weight_path.py (Q8 of the rotated activations against the unquantised
-product; observed ~5e-3).
+inputs (the same kernels, deterministic), and the unfolded float product within FOLD_TOL
+(tests/conftest.py; Q8 of the rotated activations against the unquantised product).
+tests/test_gpu_demo_hosts.py runs its producers and matmul on the demo model's device buffers.
 """
 
 import ctypes
-import importlib.util
 import os
 import sys
-import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pyq2 import _native, formats, host, reference
+
+from .conftest import FOLD_TOL, import_ctypes_example, keyed_rng
 
 if not _native.available() and not os.environ.get("PYQ2_REQUIRE_NATIVE"):
     pytest.skip(
@@ -29,19 +28,8 @@ if not _native.available() and not os.environ.get("PYQ2_REQUIRE_NATIVE"):
     )
 
 ffi, lib = _native.load()
-EXAMPLE = Path(__file__).resolve().parents[1] / "tools" / "examples" / "ctypes_host.py"
-FOLD_TOL = 1e-2
 STRUCTS = ("pq2_weights", "pq2_q8", "pq2_rotation", "pq2_matmul_config")
-
-
-def import_example():
-    spec = importlib.util.spec_from_file_location("ctypes_host", EXAMPLE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-ex = import_example()
+ex = import_ctypes_example()
 
 
 def c_name(t) -> str:
@@ -75,16 +63,12 @@ def gpu_ready() -> bool:
 needs_gpu = pytest.mark.skipif(not gpu_ready(), reason="needs torch with CUDA, a GPU, a CUDA build")
 
 
-def rng(*key):
-    return np.random.default_rng(zlib.crc32(repr(key).encode()))
-
-
 # ---- no GPU ---------------------------------------------------------------------------------
 
 
 def test_imports_without_torch(monkeypatch):
     monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
-    mod = import_example()
+    mod = import_ctypes_example()
     assert callable(mod.rotated_projection) and mod.ABI_VERSION == lib.pq2_abi_version()
 
 
@@ -107,7 +91,7 @@ def test_signatures_are_the_headers(name):
 
 def test_host_conversion_through_ctypes():
     n, k = 300, 768  # n not a whole number of tiles: the padding rows are written too
-    raw = formats.pq2_quantize(rng("tiles").standard_normal((n, k)))
+    raw = formats.pq2_quantize(keyed_rng("tiles").standard_normal((n, k)))
     want = host.convert_layout(raw, n, k, "raw", "tiles", 0, 2)
     c = ex.load(_native.library_path())
     assert bytes(ex.to_tiles(c, raw, n, k)) == want.tobytes()
@@ -141,7 +125,7 @@ def test_rotated_projection_is_pyq2_gpus(m, n, k, block, identity, x_dtype):
 
     from pyq2 import gpu as pgpu
 
-    r = rng("ctypes", m, n, k, block, identity, x_dtype)
+    r = keyed_rng("ctypes", m, n, k, block, identity, x_dtype)
     signs = None if identity else r.choice(np.array([-1, 1], np.int8), k)
     raw = formats.pq2_quantize(reference.fold(r.standard_normal((n, k)), block, signs))
     x = torch.from_numpy(r.standard_normal((m, k))).to(getattr(torch, x_dtype)).cuda()
