@@ -695,7 +695,7 @@ def test_gemm_sm90_explicit_configs_bit_identical_to_portable():
     x = activations(m, shape[1], "normal", torch.float32, 7)
     xq = quantize_q8(x)
     ref = q8_reference(codes, scales, *xq)
-    for tokens in (64, 96):
+    for tokens in (64, 96, 128):
         for stages in (3, 4, 5, 6):
             for splits in (1, 3, 16):
                 cfg = gemm_config(tokens, stages, splits, FAMILY_GEMM_SM90)
@@ -717,7 +717,7 @@ def test_gemm_sm90_explicit_configs_bit_identical_to_portable():
 
 
 @needs_sm90
-@pytest.mark.parametrize("tokens", [64, 96])
+@pytest.mark.parametrize("tokens", [64, 128])
 @pytest.mark.parametrize(
     "shape",
     [(1, 128), (17, 384), (100, 5248), (1000, 640), (4111, 1024)],

@@ -151,6 +151,79 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 #endif
 }
 
+// mbarrier with `count` arrivals per phase.
+__device__ __forceinline__ void mbar_init_count(uint64_t *bar, uint32_t count)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
+                 : "memory");
+#else
+    (void)bar, (void)count;
+#endif
+}
+
+// One arrival that also expects `bytes` of bulk copies before the phase completes.
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+#else
+    (void)bar, (void)bytes;
+#endif
+}
+
+// One arrival (release: this thread's earlier accesses happen before the phase completes).
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+#else
+    (void)bar;
+#endif
+}
+
+// The arrival that fires when this thread's earlier cp.async copies have landed (counted in
+// the barrier's init count).
+__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t *bar)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar))
+                 : "memory");
+#else
+    (void)bar;
+#endif
+}
+
+// [src, src + bytes) into shared memory, completing `bytes` on bar (16-byte aligned, multiple).
+__device__ __forceinline__ void bulk_copy(uint64_t *bar, void *dst, const void *src, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile(
+        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
+            "r"(smem_u32(dst)),
+        "l"(src), "r"(bytes), "r"(smem_u32(bar))
+        : "memory");
+#else
+    (void)bar, (void)dst, (void)src, (void)bytes;
+#endif
+}
+
+// The box of a 2-D tensor map at (x, y) (x the inner coordinate) into shared memory,
+// completing its bytes on bar; elements outside the tensor arrive as zeros.
+__device__ __forceinline__ void tma_load_2d(uint64_t *bar, void *dst, const void *map, int x, int y)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];" ::"r"(smem_u32(dst)),
+                 "l"(map), "r"(x), "r"(y), "r"(smem_u32(bar))
+                 : "memory");
+#else
+    (void)bar, (void)dst, (void)map, (void)x, (void)y;
+#endif
+}
+
 // Orders this thread's earlier shared-memory reads before later bulk copies into the same bytes.
 __device__ __forceinline__ void fence_proxy_async()
 {

@@ -1,6 +1,8 @@
 // launch.cu - the GEMM families' host side (gemm.h): their compiled kernels (portable: tokens
-// 32, 64, 128 x pipeline depth 2..4; sm_90a: tokens 64, 96 x depth 3..6), configuration
-// checks, grid, workspace, launch.
+// 32, 64, 128 x pipeline depth 2..4; sm_90a: tokens 64, 96, 128 x depth 3..6), configuration
+// checks, grid, workspace, the sm_90a kernels' tensor map, launch.
+#include <cudaTypedefs.h>
+
 #include "gemm/kernel_mma.cuh"
 #include "gemm/kernel_wgmma.cuh"
 #include "launch.cuh"
@@ -19,13 +21,25 @@ template <int BM> gemm_fn mma_kernel(int stages)
     }
 }
 
-template <int BN> gemm_fn wgmma_kernel(int stages)
+using wgmma_fn = void (*)(const pq2_gemm_problem, const CUtensorMap);
+
+template <int BN> wgmma_fn wgmma_kernel(int stages)
 {
     switch (stages) {
     case 3: return pq2_gemm::wgmma_kernel<BN, 3>;
     case 4: return pq2_gemm::wgmma_kernel<BN, 4>;
     case 5: return pq2_gemm::wgmma_kernel<BN, 5>;
     case 6: return pq2_gemm::wgmma_kernel<BN, 6>;
+    default: return nullptr;
+    }
+}
+
+wgmma_fn find_wgmma_kernel(const pq2_matmul_config &cfg)
+{
+    switch (cfg.tokens) {
+    case 64: return wgmma_kernel<64>(cfg.stages);
+    case 96: return wgmma_kernel<96>(cfg.stages);
+    case 128: return wgmma_kernel<128>(cfg.stages);
     default: return nullptr;
     }
 }
@@ -37,11 +51,6 @@ bool is_sm90(const pq2_matmul_config &cfg)
 
 gemm_fn find_kernel(const pq2_matmul_config &cfg)
 {
-    if (is_sm90(cfg)) switch (cfg.tokens) {
-        case 64: return wgmma_kernel<64>(cfg.stages);
-        case 96: return wgmma_kernel<96>(cfg.stages);
-        default: return nullptr;
-        }
     switch (cfg.tokens) {
     case 32: return mma_kernel<32>(cfg.stages);
     case 64: return mma_kernel<64>(cfg.stages);
@@ -92,11 +101,11 @@ pq2_status pq2_gemm_init_device(const char *fn, int cc, int max_smem_optin)
         }
     if (!pq2_gemm_sm90_runs(cc)) return PQ2_OK;
     c.family = PQ2_FAMILY_GEMM_SM90;
-    for (int tokens : {64, 96})
+    for (int tokens : {64, 96, 128})
         for (int stages = 3; stages <= 6; ++stages) {
             c.tokens = tokens, c.stages = stages;
             if (smem_bytes(c) <= (size_t)max_smem_optin)
-                PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(find_kernel(c),
+                PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(find_wgmma_kernel(c),
                                                       cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                       (int)smem_bytes(c)));
         }
@@ -134,9 +143,9 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
                                  "capability 9.0 device and a libpq2 built for sm_90a (this "
                                  "device: %d.%d; built for sm_90a: %s)",
                                  fn, cc / 10, cc % 10, pq2_gemm_sm90_built() ? "yes" : "no");
-        if (cfg.tokens != 64 && cfg.tokens != 96)
+        if (cfg.tokens != 64 && cfg.tokens != 96 && cfg.tokens != 128)
             return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                                 "%s: GEMM_SM90 config tokens=%d is not 64 or 96", fn,
+                                 "%s: GEMM_SM90 config tokens=%d is not 64, 96 or 128", fn,
                                  (int)cfg.tokens);
         if (cfg.stages < 3 || cfg.stages > 6)
             return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
@@ -186,6 +195,48 @@ size_t pq2_gemm_partial_floats(const pq2_matmul_config &cfg, int64_t n, int64_t 
     return splits_of(cfg) > 1 ? (size_t)pq2_gemm_grid(cfg, n, m) * pq2_gemm::kRows * cfg.tokens : 0;
 }
 
+namespace {
+
+// cuTensorMapEncodeTiled from the driver the runtime loaded (no link against libcuda).
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder()
+{
+    static const PFN_cuTensorMapEncodeTiled_v12000 encode = [] {
+        void *f = nullptr;
+        cudaDriverEntryPointQueryResult found;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault,
+                                             &found) != cudaSuccess ||
+            found != cudaDriverEntryPointSuccess)
+            f = nullptr;
+        return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+    }();
+    return encode;
+}
+
+// The TMA map of the Q8 operand's values (m rows of k bytes) in boxes of `tokens` rows x one
+// 128-byte group, written to shared memory with the 128-byte swizzle.
+pq2_status q8_tensor_map(const char *fn, const pq2_gemm_problem &p, int tokens, CUtensorMap *map)
+{
+    const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
+    if (!encode)
+        return pq2_set_error(PQ2_ERR_CUDA,
+                             "%s: the driver has no cuTensorMapEncodeTiled (the sm_90a GEMM "
+                             "needs a CUDA 12 driver)",
+                             fn);
+    const cuuint64_t dims[2] = {(cuuint64_t)p.k, (cuuint64_t)p.m};
+    const cuuint64_t strides[1] = {(cuuint64_t)p.k};
+    const cuuint32_t box[2] = {128, (cuuint32_t)tokens}, step[2] = {1, 1};
+    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<int8_t *>(p.q8),
+                              dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return pq2_set_error(PQ2_ERR_CUDA, "%s: cuTensorMapEncodeTiled failed (CUresult %d)", fn,
+                             (int)r);
+    return PQ2_OK;
+}
+
+}  // namespace
+
 pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_matmul_config &cfg,
                            bool after_kernel, cudaStream_t stream)
 {
@@ -194,10 +245,17 @@ pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_
         return pq2_set_error(PQ2_ERR_SHAPE,
                              "%s: n=%lld m=%lld: too many blocks for one grid (m <= %lld)", fn,
                              (long long)p.n, (long long)p.m, (long long)65535 * cfg.tokens);
-    pq2_launch l(dim3((unsigned)rows, (unsigned)toks, (unsigned)splits_of(cfg)), pq2_gemm::kThreads,
-                 smem_bytes(cfg), stream, after_kernel);
+    const dim3 grid((unsigned)rows, (unsigned)toks, (unsigned)splits_of(cfg));
     pq2_gemm_problem q = p;
     q.splits = splits_of(cfg);
+    if (is_sm90(cfg)) {
+        CUtensorMap map;
+        PQ2_CHECK(q8_tensor_map(fn, q, cfg.tokens, &map));
+        pq2_launch l(grid, pq2_gemm::kWgThreads, smem_bytes(cfg), stream, after_kernel);
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_wgmma_kernel(cfg), q, map));
+        return pq2_launch_status(fn);
+    }
+    pq2_launch l(grid, pq2_gemm::kThreads, smem_bytes(cfg), stream, after_kernel);
     PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_kernel(cfg), q));
     return pq2_launch_status(fn);
 }
