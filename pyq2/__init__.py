@@ -7,7 +7,8 @@
 - pyq2.gguf_types / pyq2.gguf_io / pyq2.metadata: the ggml types pyq2 adds to `gguf`, GGUF
   reading and streaming writing, and the pyq2.* keys that describe repacked weights.
 - pyq2.repack / pyq2.verify / pyq2.info: repacking a GGUF file into a resident layout, proving a
-  repacked file holds the same weights, summarising a file (pyq2.weight_io is what they share).
+  repacked file holds the same weights, summarising a file (pyq2.weight_io is what they share;
+  pyq2.fuse reads a file with fused sibling tensors as its original tensors).
 - pyq2.rotation: the Prism Hadamard rotation contract of a folded file.
 - pyq2.arch / pyq2.model / pyq2.step / pyq2.bench: a whole model on the GPU for a host (the
   architecture map, loading, one decode step's weight path, `pyq2 bench`).

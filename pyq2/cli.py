@@ -41,6 +41,12 @@ neither at the start nor at the end (of two runs racing for one OUT, one fails);
 it is replaced, and a symlink stays a link to its file, which is replaced. A directory (or a
 name ending in /), device, FIFO or socket is refused, even with --force. A signal removes the
 temporary; the next run to OUT removes one that a killed run (SIGKILL) left, and says so.
+
+--fuse writes the sibling projections that read one activation (attention q/k/v, Gated-DeltaNet
+qkv and gate, FFN gate and up) as one matrix each, their rows one after another, with metadata
+that says how to split it; verify and --layout raw give back the original tensors. A group
+whose members differ in K, source type or rotation, or whose members (but the last) are not
+whole tiles, stays separate and is named on stderr.
 """
 
 
@@ -86,6 +92,11 @@ def _cmd_repack(args) -> int:
         args.usage_error("-o/--output: the output path is empty")
     if args.rt is not None and args.layout != "tiles":
         args.usage_error(f"--rt applies to the tiles layout only, not --layout {args.layout}")
+    if args.fuse and args.layout == "raw":
+        args.usage_error(
+            "--fuse applies to the planes and tiles layouts, not --layout raw (which splits a "
+            "fused file back into its original tensors)"
+        )
     bar = _Bar() if sys.stderr.isatty() else None
     try:
         summary = repack(
@@ -96,6 +107,7 @@ def _cmd_repack(args) -> int:
             force=args.force,
             progress=bar,
             notice=_notice,
+            fuse=args.fuse,
             **({} if args.rt is None else {"rt": args.rt}),
         )
     finally:
@@ -196,7 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         "-o",
         "--output",
         metavar="OUT",
-        help="output file (default: IN with suffix .pyq2-<layout>.gguf); not a directory",
+        help="output file (default: IN with suffix .pyq2-<layout>.gguf, or "
+        ".pyq2-<layout>-fused.gguf with --fuse); not a directory",
     )
     r.add_argument(
         "--layout",
@@ -210,6 +223,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=layouts.TILE_RTS,
         help="tiles layout only: 16-row sub-tiles per tile (default: 2, the fastest for decode "
         "on the H200); an error with another layout",
+    )
+    r.add_argument(
+        "--fuse",
+        action="store_true",
+        help="store sibling projections that read one activation (q/k/v, qkv+gate, gate+up) as "
+        "one matrix each (planes and tiles only; default: separate)",
     )
     r.add_argument(
         "--dry-run",

@@ -2,14 +2,16 @@
 
 `describe` gathers it as JSON-able data (`pyq2 info --json` prints that); `format_info` turns it
 into the text table. Long arrays (a tokenizer's vocabulary, the prism.hadamard sign vectors) are
-summarised by type and length, never dumped. Weights are described, not decoded.
+summarised by type and length, never dumped. Weights are described, not decoded. A fused
+tensor (pyq2.fuse) is listed with its members: the original tensors, the rows each takes and
+its place in the original file.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from . import gguf_io
+from . import fuse, gguf_io
 from .errors import FormatError
 from .gguf_io import GGUFFile, GGUFValueType
 from .gguf_types import type_name
@@ -36,13 +38,12 @@ def _value_summary(gf: GGUFFile, key: str) -> Any:
     return gf.value(key)
 
 
-def _rotation_summary(gf: GGUFFile) -> dict[str, Any] | None:
+def _rotation_summary(gf: GGUFFile, entries: list[fuse.Entry]) -> dict[str, Any] | None:
     """The rotation contract (rotation.py), or why pyq2 refuses it: info still shows the rest."""
-    widths = {}  # input widths K, of repacked weights too (their logical shape)
-    for t in gf.tensors:
-        info = gf.weight_info(t)
-        if info is not None or t.ne:
-            widths[t.name] = info.k if info is not None else t.ne[0]
+    widths = {}  # input widths K, of repacked and fused weights too (their logical shape)
+    for e in entries:
+        if e.info is not None or e.tensor.ne:
+            widths[e.name] = e.info.k if e.info is not None else e.tensor.ne[0]
     try:
         rot = Rotation.from_file(gf, widths)
     except FormatError as e:
@@ -53,6 +54,7 @@ def _rotation_summary(gf: GGUFFile) -> dict[str, Any] | None:
 def describe(path) -> dict[str, Any]:
     """Everything `pyq2 info` shows, as JSON-able data."""
     with gguf_io.open_gguf(path) as gf:
+        contents = fuse.contents(gf, check_bytes=False)
         meta = {}
         for k in gf.keys():
             if k.startswith((HADAMARD_PREFIX, TENSOR_KEY_PREFIX)):
@@ -75,8 +77,20 @@ def describe(path) -> dict[str, Any]:
                 )
                 if info.layout == "tiles":
                     row["rt"] = info.rt
+            if t.name in contents.fused:
+                row["members"] = [
+                    {
+                        "name": m.name,
+                        "row0": m.row0,
+                        "rows": m.rows,
+                        "shape": [info.k, m.rows] if info is not None else None,
+                        "position": m.position,
+                    }
+                    for m in contents.fused[t.name]
+                ]
             tensors.append(row)
         weights = [r for r in tensors if r["layout"] is not None]
+        members = sum(len(m) for m in contents.fused.values())
         return {
             "path": gf.path,
             "file_bytes": gf.size,
@@ -92,8 +106,9 @@ def describe(path) -> dict[str, Any]:
                 if gf.has(KEY_FORMAT_VERSION)
                 else None
             ),
-            "prism_hadamard": _rotation_summary(gf),
+            "prism_hadamard": _rotation_summary(gf, contents.entries),
             "weights": {"count": len(weights), "bytes": sum(r["bytes"] for r in weights)},
+            "fused": {"count": len(contents.fused), "members": members},
             "metadata": meta,
             "tensors": tensors,
         }
@@ -127,9 +142,15 @@ def format_info(path_or_info) -> str:
     if h:
         parts = [f"{k} {v}" for k, v in h.items()]
         lines.append("prism.hadamard: " + ", ".join(parts))
+    fused = d["fused"]
     lines.append(
         f"weights:   {d['weights']['count']} PQ2-family tensors, "
         f"{d['weights']['bytes'] / 1e6:.2f} MB"
+        + (
+            f"; {fused['count']} of them fused, holding {fused['members']} weights"
+            if fused["count"]
+            else ""
+        )
     )
     lines.append("metadata:")
     for k, v in d["metadata"].items():
@@ -149,4 +170,16 @@ def format_info(path_or_info) -> str:
         # Byte counts right-aligned, so that their digits line up.
         cells = [c.ljust(w) for c, w in zip(r[:4], widths[:4], strict=True)]
         lines.append("  " + "  ".join([*cells, r[4].rjust(widths[4])]).rstrip())
+    fused_rows = [t for t in d["tensors"] if "members" in t]
+    if fused_rows:
+        lines.append("fused tensors (members: rows, shape, position in the original file):")
+    for t in fused_rows:
+        lines.append(f"  {t['name']}")
+        width = max(len(m["name"]) for m in t["members"])
+        for m in t["members"]:
+            span = f"{m['row0']}..{m['row0'] + m['rows'] - 1}"
+            shape = "x".join(map(str, m["shape"] or []))
+            lines.append(
+                f"    {m['name']:<{width}}  rows {span:<13} {shape:<11} tensor {m['position']}"
+            )
     return "\n".join(lines)

@@ -101,6 +101,26 @@ def region_bytes(layout, n: int, k: int, rt: int = 0) -> tuple[int, int]:
     return rows * g * _CODE_BYTES, rows * g * _SCALE_BYTES
 
 
+def slice_ranges(layout, n: int, k: int, rt: int, r0: int, r1: int) -> tuple[range, range]:
+    """Where rows [r0, r1) of an n x k planes or tiles matrix lie: the byte ranges of their
+    codes and of their scales, with the trailing padding rows when r1 = n. r0 must be a
+    multiple of the tile rows (tile_rows), r1 one too or n (FORMATS.md, "Slices")."""
+    tr = tile_rows(layout, rt)
+    g = check_shape(n, k)
+    if not 0 <= r0 < r1 <= n or r0 % tr or (r1 % tr and r1 != n):
+        raise ValueError(
+            f"rows [{r0}, {r1}) of an {n}-row {layout_name(layout)} matrix do not start and end "
+            f"on tiles of {tr} rows"
+        )
+    scale_start = region_bytes(layout, n, k, rt)[0]
+    stop = -(-r1 // tr) * tr
+    code_row, scale_row = g * _CODE_BYTES, g * _SCALE_BYTES
+    return (
+        range(r0 * code_row, stop * code_row),
+        range(scale_start + r0 * scale_row, scale_start + stop * scale_row),
+    )
+
+
 def layout_bytes(layout, n: int, k: int, rt: int = 0) -> int:
     """Bytes an n x k PQ2_0 matrix takes in `layout` (rt for tiles)."""
     g = check_shape(n, k)

@@ -14,19 +14,31 @@ recorded in metadata (format version FORMAT_VERSION, which is PQ2_FORMAT_VERSION
     pyq2.tensor.<name>.shape       u64[]   logical ne of the weight as gguf orders it: [K, N]
     pyq2.tensor.<name>.source_type u32     ggml type of the source: 142, 143 or 35
 
+A fused tensor (`pyq2 repack --fuse`, pyq2.fuse) is such a weight whose rows are those of
+sibling weights one after another; four more keys say how to split it:
+
+    pyq2.tensor.<name>.members          string[] the original tensors, in row order
+    pyq2.tensor.<name>.member_offsets   u64[]    the first row of each
+    pyq2.tensor.<name>.member_rows      u64[]    the rows (N) of each
+    pyq2.tensor.<name>.member_positions u64[]    the index of each in the original tensor list
+
+A member's original type is the fused tensor's source_type and its shape [K, member rows].
+
 The pyq2.* keys follow all of the source's keys, which keep their order, types and bytes. Layout
 `raw` writes plain PQ2_0 tensors (type 142, the logical shape) and no pyq2.* keys, so repacking
 a planes/tiles file back to raw restores the original tensor bytes exactly when the source was
 PQ2_0; PTQ1_0 and TQ2_0 sources come back as the equivalent PQ2_0 (same weights).
 
 This module is the schema: the key names, `weight_info` (a file's keys for one tensor to a
-WeightInfo) and `key_values` (the keys a repacked file gets). pyq2.gguf_io reads and writes them.
+WeightInfo), `fused_members` (a fused tensor's members, checked against its shape and layout)
+and `key_values` (the keys a repacked file gets). pyq2.gguf_io reads and writes them; pyq2.fuse
+checks what only the whole file can tell (member names and positions).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -44,6 +56,9 @@ KEY_FORMAT_VERSION = KEY_PREFIX + "format_version"
 KEY_LAYOUT = KEY_PREFIX + "layout"
 TENSOR_KEY_PREFIX = KEY_PREFIX + "tensor."
 
+# The keys of a fused tensor, in file order (after its layout, rt, shape, source_type).
+MEMBER_ATTRS = ("members", "member_offsets", "member_rows", "member_positions")
+
 # The layouts stored as I8 bytes plus metadata; raw weights stay plain ggml tensors.
 STORED_LAYOUTS = tuple(name for name in layouts.LAYOUT_NAMES if name != "raw")
 
@@ -58,6 +73,16 @@ class WeightInfo:
     ne: tuple[int, ...]  # logical shape, gguf order
     k: int
     n: int
+
+
+@dataclass(frozen=True)
+class Member:
+    """One original weight held as rows [row0, row0 + rows) of a fused tensor."""
+
+    name: str
+    row0: int
+    rows: int
+    position: int  # its index in the original file's tensor list
 
 
 class KeyValues(Protocol):
@@ -127,11 +152,85 @@ def weight_info(kv: KeyValues, name: str, type_id: int, ne: tuple[int, ...]) -> 
     return WeightInfo(source, layout, rt, shape, shape[0], _rows(shape))
 
 
+def _uints(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value
+    )
+
+
+def fused_members(kv: KeyValues, name: str, info: WeightInfo | None) -> tuple[Member, ...] | None:
+    """The members of tensor `name` (described by info) when it is a fused tensor, else None.
+    FormatError names the file, the tensor and the fault when its member keys are incomplete,
+    of the wrong type, or disagree with each other, with the matrix's rows or with its tiles."""
+    present = [a for a in MEMBER_ATTRS if kv.has(tensor_key(name, a))]
+    if not present:
+        return None
+    where = f"{kv.path}: fused tensor '{name}'"
+    missing = [tensor_key(name, a) for a in MEMBER_ATTRS if a not in present]
+    if missing:
+        raise FormatError(f"{where}: incomplete fused metadata (no {', '.join(missing)})")
+    if info is None or info.layout not in STORED_LAYOUTS:
+        what = "not a PQ2-family weight" if info is None else f"a {info.layout} weight"
+        raise FormatError(f"{where}: fused metadata on {what} (a fused tensor is planes or tiles)")
+    names, offsets, rows, positions = (kv.value(tensor_key(name, a)) for a in MEMBER_ATTRS)
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise FormatError(f"{where}: {tensor_key(name, 'members')} is not an array of strings")
+    for attr, value in zip(MEMBER_ATTRS[1:], (offsets, rows, positions), strict=True):
+        if not _uints(value):
+            raise FormatError(f"{where}: {tensor_key(name, attr)} is not an array of integers")
+    counts = [len(names), len(offsets), len(rows), len(positions)]
+    if len(names) < 2 or len(set(counts)) > 1:
+        raise FormatError(
+            f"{where}: {counts[0]} members, {counts[1]} offsets, {counts[2]} row counts and "
+            f"{counts[3]} positions (a fused tensor has at least 2 members, one of each per member)"
+        )
+    bad = next((n for n in names if not n or not n.isprintable()), None)
+    if bad is not None:
+        raise FormatError(f"{where}: member name {bad!r} is not a tensor name")
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise FormatError(f"{where}: member '{twice}' is named twice")
+    tr = layouts.tile_rows(info.layout, info.rt)
+    end = 0
+    for member, row0, n in zip(names, offsets, rows, strict=True):
+        if n < 1:
+            raise FormatError(f"{where}: member '{member}' has {n} rows")
+        if row0 != end:
+            raise FormatError(
+                f"{where}: member '{member}' starts at row {row0}, but the members before it "
+                f"end at row {end}"
+            )
+        if row0 % tr:
+            raise FormatError(
+                f"{where}: member '{member}' starts at row {row0}, not at a multiple of the "
+                f"{tr}-row tiles of {info.layout} rt {info.rt} (every member but the last must "
+                f"be whole tiles)"
+            )
+        end += n
+    if end != info.n:
+        raise FormatError(f"{where}: the members hold {end} rows, the matrix {info.n}")
+    return tuple(
+        Member(n, r0, r, p) for n, r0, r, p in zip(names, offsets, rows, positions, strict=True)
+    )
+
+
+def member_info(fused: WeightInfo, member: Member) -> WeightInfo:
+    """The WeightInfo of a member as its own weight: the fused tensor's type, layout and K, its
+    own rows (its original shape [K, rows])."""
+    return WeightInfo(
+        fused.source_type, fused.layout, fused.rt, (fused.k, member.rows), fused.k, member.rows
+    )
+
+
 def key_values(
-    layout: str, rt: int, weights: Iterable[tuple[str, WeightInfo]]
+    layout: str,
+    rt: int,
+    weights: Iterable[tuple[str, WeightInfo]],
+    fused: Mapping[str, Sequence[Member]] | None = None,
 ) -> list[tuple[Any, ...]]:
-    """The pyq2.* key/values of a file whose weights (name, WeightInfo of the source) are stored
-    in `layout` (planes or tiles), as pyq2.gguf_io.encode_kv arguments, in file order."""
+    """The pyq2.* key/values of a file whose weights (name, WeightInfo of the source, or of
+    the fused matrix) are stored in `layout` (planes or tiles), as pyq2.gguf_io.encode_kv
+    arguments, in file order; `fused` maps a fused tensor's name to its members."""
     u32, u64, string, array = (
         GGUFValueType.UINT32,
         GGUFValueType.UINT64,
@@ -150,4 +249,12 @@ def key_values(
             (tensor_key(name, "shape"), array, list(info.ne), u64),
             (tensor_key(name, "source_type"), u32, info.source_type),
         ]
+        members = (fused or {}).get(name)
+        if members:
+            items += [
+                (tensor_key(name, "members"), array, [m.name for m in members], string),
+                (tensor_key(name, "member_offsets"), array, [m.row0 for m in members], u64),
+                (tensor_key(name, "member_rows"), array, [m.rows for m in members], u64),
+                (tensor_key(name, "member_positions"), array, [m.position for m in members], u64),
+            ]
     return items

@@ -1,33 +1,41 @@
 """A whole model on the GPU for a host: `load(path)` or `synthetic(preset)`.
 
-`load` memory-maps a GGUF file (raw PQ2_0 / PTQ1_0 / TQ2_0, or repacked by pyq2) and checks it
-before it allocates any GPU memory: the architecture map, the rotation contract, every weight's
-stored size and metadata, the dense tensors' types. It then uploads one tensor at a time:
-PQ2-family weights converted on the fly to the resident layout (tiles, rt 2 by default) in
-slices of rows through one pinned staging buffer, so host memory stays near one slice, every
-scale checked on the way (a non-finite one is a FormatError naming tensor, row and block, and
-frees what was uploaded); the norms and other small tensors as they are (F32, F16, BF16).
-`synthetic` builds a model of a preset's shapes (pyq2.arch.PRESETS) with random ternary weights
-directly on the GPU, for benchmarks without a file.
+`load` memory-maps a GGUF file (raw PQ2_0 / PTQ1_0 / TQ2_0, or repacked by pyq2, fused or not)
+and checks it before it allocates any GPU memory (`check`): the architecture map, the rotation
+contract, every weight's stored size and metadata, the fused tensors' metadata (pyq2.fuse), the
+dense tensors' types. It then uploads one tensor at a time: PQ2-family weights converted on the
+fly to the resident layout (tiles, rt 2 by default) in slices of rows through one pinned staging
+buffer, so host memory stays near one slice, every scale checked on the way (a non-finite one
+is a FormatError naming tensor, row and block, and frees what was uploaded); the norms and
+other small tensors as they are (F32, F16, BF16). `synthetic` builds a model of a preset's
+shapes (pyq2.arch.PRESETS) with random ternary weights directly on the GPU, for benchmarks
+without a file.
 
-A Model holds per tensor its device buffer, layout, tile height, logical shape, stored type
-and the rotation width it reads; the rotation's sign vectors are on the device too.
+A Model holds per weight (by its original name) its device matrix, stored type and the rotation
+width it reads; the rotation's sign vectors are on the device too. A fused tensor of the file
+is one matrix (`Model.fused`, which the decode step runs as it is), and its members are Weights
+that know their rows in it. Its members must be whole tiles of the layout loaded into, else
+they are uploaded as matrices of their own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import formats, gguf_io, layouts, weight_io
+from . import formats, fuse, gguf_io, layouts, weight_io
 from .arch import PRESETS, Dims, Plan, decode_plan
 from .errors import FormatError
+from .fuse import Contents, Entry
+from .gguf_io import Tensor
 from .gguf_types import type_name
 from .gpu import DeviceRotation, PQ2Weights, _torch
+from .metadata import Member
 from .rotation import Rotation
 
 # ggml types of the dense tensors a model may hold, and their numpy storage
@@ -36,93 +44,211 @@ DENSE_TYPES = {0: ("F32", np.float32), 1: ("F16", np.float16), 30: ("BF16", np.u
 Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, tensor name)
 
 
-@dataclass
+@dataclass(frozen=True)
+class Part:
+    """Where a weight's rows are: rows [row0, row0 + rows) of a fused matrix."""
+
+    matrix: PQ2Weights
+    row0: int
+    rows: int
+
+    def copy(self) -> PQ2Weights:
+        """The rows as a matrix of their own (a device copy: its code and scale pieces)."""
+        f = self.matrix
+        codes, scales = layouts.slice_ranges(
+            f.layout, f.n, f.k, f.rt, self.row0, self.row0 + self.rows
+        )
+        pieces = [f.data[codes.start : codes.stop], f.data[scales.start : scales.stop]]
+        data = np.concatenate(pieces) if isinstance(f.data, np.ndarray) else _torch().cat(pieces)
+        return PQ2Weights(data, self.rows, f.k, f.layout, f.rt)
+
+
+@dataclass(eq=False)
 class Weight:
     """One PQ2-family weight on the GPU: the matrix, its stored type and the rotation width
-    (its input width K when the file folds it, else None)."""
+    (its input width K when the file folds it, else None).
+
+    A member of a fused matrix has `part` and no matrix of its own until `matrix` is first
+    asked for, which copies its rows out (more device memory; the decode step never asks)."""
 
     name: str
-    matrix: PQ2Weights
+    stored: PQ2Weights | None
     source: str  # "PQ2_0", "PTQ1_0", "TQ2_0" (for a repacked file, the type it came from)
     rotation_width: int | None
+    part: Part | None = None
+
+    @property
+    def matrix(self) -> PQ2Weights:
+        if self.stored is None:
+            if self.part is None:
+                raise ValueError(f"weight '{self.name}' has no matrix")
+            self.stored = self.part.copy()
+        return self.stored
 
     @property
     def shape(self) -> tuple[int, int]:
+        if self.stored is None and self.part is not None:
+            return self.part.rows, self.part.matrix.k
         return self.matrix.n, self.matrix.k
+
+
+@dataclass
+class Fused:
+    """A fused tensor of the file on the GPU: its matrix (named as the file names it) and its
+    members (pyq2.metadata.Member), in row order."""
+
+    weight: Weight
+    members: tuple[Member, ...]
 
 
 @dataclass
 class Model:
     plan: Plan
     rotation: Rotation | None
-    weights: dict[str, Weight]
+    weights: dict[str, Weight]  # every ternary weight by its original name
     dense: dict[str, Any]  # name -> torch tensor (F32, F16, BF16; gguf shape reversed)
     rotations: dict[int, DeviceRotation] = field(default_factory=dict)  # width -> device signs
     source: str = ""
     gdn_v_grouped: bool = False  # the Gated-DeltaNet output is permuted before ssm_out
+    fused: dict[str, Fused] = field(default_factory=dict)  # the file's fused tensors by name
 
     def rotation_for(self, width: int) -> DeviceRotation | None:
         return self.rotations.get(width)
 
+    def fused_for(self, names: Sequence[str]) -> Fused | None:
+        """The fused matrix whose members are exactly `names`, in this order, if there is one."""
+        for f in self.fused.values():
+            if tuple(m.name for m in f.members) == tuple(names):
+                return f
+        return None
+
     def step_bytes(self, m: int) -> int:
         """Bytes of weights one decode step of m tokens reads: every projection whole, m rows of
         the embedding (PQ2_0 bytes: 34 per 128 weights)."""
-        emb = self.weights[self.plan.embedding].matrix
-        proj = (self.weights[n].matrix for n in self.plan.weights()[1:])
-        rows = min(m, emb.n) * formats.pq2_matrix_bytes(1, emb.k)
-        return rows + sum(formats.pq2_matrix_bytes(w.n, w.k) for w in proj)
+        emb_n, emb_k = self.weights[self.plan.embedding].shape
+        proj = (self.weights[n].shape for n in self.plan.weights()[1:])
+        rows = min(m, emb_n) * formats.pq2_matrix_bytes(1, emb_k)
+        return rows + sum(formats.pq2_matrix_bytes(n, k) for n, k in proj)
 
 
-def _plan_and_rotation(gf) -> tuple[Plan, Rotation | None, dict[str, Any]]:
-    """Everything load checks before it allocates: the plan, the contract, and per tensor the
-    WeightInfo (PQ2 family) or the dense type."""
-    names = [t.name for t in gf.tensors]
-    plan = decode_plan(names, gf)
-    infos: dict[str, Any] = {}
-    for t in gf.tensors:
-        info = gf.weight_info(t)
-        if info is not None:
-            gf.validate_weight_bytes(t, info, weight_io.stored_bytes(info))
-            infos[t.name] = info
-        elif t.type_id in DENSE_TYPES:
-            infos[t.name] = DENSE_TYPES[t.type_id]
+@dataclass
+class Checked:
+    """What load checks before it allocates: the plan, the rotation contract, the file's
+    original tensors (fused ones split, pyq2.fuse) and the storage of each dense tensor."""
+
+    plan: Plan
+    rotation: Rotation | None
+    contents: Contents
+    dense: dict[str, tuple[str, Any]]
+
+
+def check(gf) -> Checked:
+    """Everything about the open file `gf` that load checks before it allocates (module
+    docstring); FormatError naming the file and the fault."""
+    contents = fuse.contents(gf)
+    plan = decode_plan([e.name for e in contents.entries], gf)
+    dense: dict[str, tuple[str, Any]] = {}
+    widths: dict[str, int] = {}
+    for e in contents.entries:
+        if e.info is not None:
+            widths[e.name] = e.info.k
+        elif e.tensor.type_id in DENSE_TYPES:
+            dense[e.name] = DENSE_TYPES[e.tensor.type_id]
         else:
             raise FormatError(
-                f"{gf.path}: tensor '{t.name}' has type {type_name(t.type_id)}, which pyq2 does "
-                f"not load (PQ2_0, PTQ1_0, TQ2_0, F32, F16, BF16)"
+                f"{gf.path}: tensor '{e.name}' has type {type_name(e.tensor.type_id)}, which pyq2 "
+                f"does not load (PQ2_0, PTQ1_0, TQ2_0, F32, F16, BF16)"
             )
     for name in plan.weights():
-        if not hasattr(infos[name], "k"):
+        if name not in widths:
             raise FormatError(f"{gf.path}: '{name}' is read by a projection but is not ternary")
-    widths = {n: i.k for n, i in infos.items() if hasattr(i, "k")}
     rotation = Rotation.from_file(gf, widths)
-    return plan, rotation, infos
+    stages = {s.projections for s in plan.stages}
+    for fname, members in contents.fused.items():
+        names = tuple(m.name for m in members)
+        if names not in stages:
+            raise FormatError(
+                f"{gf.path}: fused tensor '{fname}' holds {', '.join(names)}, which are not the "
+                f"projections of one stage of the decode step (pyq2.arch: those that read one "
+                f"activation, in its order)"
+            )
+        if rotation is not None and len({rotation.folds(n) for n in names}) > 1:
+            raise FormatError(
+                f"{gf.path}: fused tensor '{fname}' holds weights folded with the rotation and "
+                f"weights that are not"
+            )
+    return Checked(plan, rotation, contents, dense)
 
 
-def _upload_weight(backend, gf, t, info, layout: str, rt: int, staging, device) -> PQ2Weights:
+def assemble(
+    gf,
+    checked: Checked,
+    upload: Callable[[Entry], PQ2Weights],
+    upload_dense: Callable[[Tensor, tuple[str, Any]], Any],
+    layout: str,
+    rt: int,
+    progress: Progress | None = None,
+) -> tuple[dict[str, Weight], dict[str, Fused], dict[str, Any]]:
+    """The weights, fused matrices and dense tensors of a checked file, in its original order,
+    each made by `upload` (an Entry to its matrix in layout/rt) or `upload_dense`. A fused tensor
+    is uploaded as one matrix when its members are whole tiles of layout/rt, else member by
+    member."""
+    rot = checked.rotation
+    fused_in = checked.contents.fused
+    tr = layouts.tile_rows(layout, rt)
+    weights: dict[str, Weight] = {}
+    fused: dict[str, Fused] = {}
+    dense: dict[str, Any] = {}
+    total, done = sum(t.nbytes for t in gf.tensors), 0
+
+    def width(name: str, k: int) -> int | None:
+        folds = rot is not None and (rot.folds(name) or name in rot.inverse_weight_names)
+        return k if folds else None
+
+    for e in checked.contents.entries:
+        info = e.info
+        if info is None:
+            dense[e.name] = upload_dense(e.tensor, checked.dense[e.name])
+        elif e.fused is None or any(m.row0 % tr for m in fused_in[e.fused]):
+            source = type_name(info.source_type)
+            weights[e.name] = Weight(e.name, upload(e), source, width(e.name, info.k))
+        else:
+            if e.fused not in fused:
+                whole = Entry(e.fused, e.tensor, e.stored, e.stored)
+                matrix = upload(whole)
+                w = Weight(e.fused, matrix, type_name(info.source_type), width(e.name, info.k))
+                fused[e.fused] = Fused(w, fused_in[e.fused])
+            f = fused[e.fused].weight
+            part = Part(f.matrix, e.row0, info.n)
+            weights[e.name] = Weight(e.name, None, f.source, f.rotation_width, part)
+        done += e.nbytes
+        if progress:
+            progress(done, total, e.name)
+    return weights, fused, dense
+
+
+def _upload_weight(backend, gf, e: Entry, layout: str, rt: int, staging, device) -> PQ2Weights:
     """The weight converted to `layout` slice by slice into one device buffer."""
     torch = _torch()
+    info = e.info
+    assert info is not None and e.stored is not None
     rt = layouts.layout_rt(layout, rt)
     total = layouts.layout_bytes(layout, info.n, info.k, rt)
     dev = torch.empty(total, dtype=torch.uint8, device=device)
     tr = layouts.tile_rows(layout, rt)
-    rows = weight_io.slice_rows(info.k, tr, weight_io.stored_tile_rows(info))
-    scale_start = layouts.region_bytes(layout, info.n, info.k, rt)[0]
+    rows = weight_io.slice_rows(info.k, tr, weight_io.stored_tile_rows(e.stored))
     g = info.k // formats.PQ2_BLOCK_WEIGHTS
-    for r0, raw in weight_io.raw_slices(backend, gf, t, info, rows):
+    for r0, raw in e.slices(backend, gf, rows):
         n = raw.size // (g * formats.PQ2_BLOCK_BYTES)
-        formats.check_scales(raw, blocks_per_row=g, tensor=t.name, first_row=r0)
+        formats.check_scales(raw, blocks_per_row=g, tensor=e.name, first_row=r0)
         conv = backend.convert(raw, n, info.k, "raw", layout, 0, rt)
-        codes = -(-n // tr) * tr * info.k // 4  # the slice's stored rows, padding included
-        for offset, piece in (
-            (r0 * info.k // 4, conv[:codes]),
-            (scale_start + r0 * g * 2, conv[codes:]),
-        ):
+        codes, scales = layouts.slice_ranges(layout, info.n, info.k, rt, r0, r0 + n)
+        for dst, piece in ((codes, conv[: len(codes)]), (scales, conv[len(codes) :])):
             if piece.size > staging.numel():  # rows wider than the staging buffer
                 staging = torch.empty(piece.size, dtype=torch.uint8).pin_memory()
             host = staging[: piece.size]
             host.copy_(torch.from_numpy(piece))
-            dev[offset : offset + piece.size].copy_(host, non_blocking=True)
+            dev[dst.start : dst.stop].copy_(host, non_blocking=True)
             torch.cuda.current_stream(dev.device).synchronize()  # the staging buffer is reused
     return PQ2Weights(dev, info.n, info.k, layout, rt)
 
@@ -147,44 +273,36 @@ def load(
     torch = _torch()
     if layout not in ("planes", "tiles"):
         raise ValueError(f"layout {layout!r}: the matmul reads 'planes' or 'tiles'")
+    rt = layouts.layout_rt(layout, rt)
     with gguf_io.open_gguf(path) as gf:
-        plan, rotation, infos = _plan_and_rotation(gf)
-        total = sum(t.nbytes for t in gf.tensors)
+        checked = check(gf)
         staging = torch.empty(
             2 * weight_io.CONVERT_CHUNK + (1 << 20), dtype=torch.uint8
         ).pin_memory()
         backend = weight_io.Backend("native")
-        weights: dict[str, Weight] = {}
-        dense: dict[str, Any] = {}
-        done = 0
         try:
-            for t in gf.tensors:
-                info = infos[t.name]
-                if hasattr(info, "k"):
-                    m = _upload_weight(backend, gf, t, info, layout, rt, staging, device)
-                    folded = rotation is not None and (
-                        rotation.folds(t.name) or t.name in rotation.inverse_weight_names
-                    )
-                    weights[t.name] = Weight(
-                        t.name, m, type_name(info.source_type), info.k if folded else None
-                    )
-                else:
-                    dense[t.name] = _upload_dense(gf, t, info, device)
-                done += t.nbytes
-                if progress:
-                    progress(done, total, t.name)
-        except BaseException:
-            weights.clear()
-            dense.clear()
+            weights, fused, dense = assemble(
+                gf,
+                checked,
+                lambda e: _upload_weight(backend, gf, e, layout, rt, staging, device),
+                lambda t, storage: _upload_dense(gf, t, storage, device),
+                layout,
+                rt,
+                progress,
+            )
+        except BaseException as e:
+            # The traceback's frames hold what was uploaded: free it now, not with the error.
+            traceback.clear_frames(e.__traceback__)
             torch.cuda.empty_cache()
             raise
+    rotation = checked.rotation
     rotations: dict[int, DeviceRotation] = {}
     if rotation is not None:
         for w in {w.rotation_width for w in weights.values()}:
             if w is not None:
                 rotations[w] = DeviceRotation.of(rotation, w, device)
     grouped = rotation is not None and rotation.gdn_v_grouped
-    return Model(plan, rotation, weights, dense, rotations, str(Path(path)), grouped)
+    return Model(checked.plan, rotation, weights, dense, rotations, str(Path(path)), grouped, fused)
 
 
 def synthetic(preset: str | Dims, device: str = "cuda", block: int = 1024, seed: int = 0) -> Model:

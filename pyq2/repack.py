@@ -7,9 +7,14 @@ tensors and all metadata pass through byte for byte (key/values as the raw bytes
 records). The file is streamed: weights are read, checked and converted in slices of rows,
 whatever layout they are stored in, other tensors copied in chunks, and every piece is written
 and dropped before the next is read, into a temporary file that replaces OUT only when complete.
-Peak memory is therefore a few slices plus the scale region of the largest weight (1/17 of its
-bytes, kept until its code region is written), whatever the size of the model
-(tools/bench/repack_memory.py measures it).
+Peak memory is therefore a few slices plus the scale region of the largest weight or fused
+tensor (1/17 of its bytes, kept until its code region is written), whatever the size of the
+model (tools/bench/repack_memory.py measures it).
+
+With `fuse`, the sibling projections that read one activation (pyq2.fuse) are written as one
+fused tensor each, their rows one after another, streamed member after member; a fused source
+is read as the original tensors it holds, so any output (raw, or planes/tiles fused or not)
+gives them back under their own names, in their original order.
 
 pyq2.verify proves a repacked file holds the same weights as its source.
 """
@@ -18,18 +23,18 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from . import formats, gguf_io, layouts, metadata, output, weight_io
+from . import fuse as fuse_mod
 from .errors import FormatError, RepackError
-from .gguf_io import GGUFFile, OutTensor, Tensor
-from .gguf_types import I8, PQ2_0
-from .metadata import WeightInfo
-from .weight_io import Backend, raw_slices, stored_bytes
+from .fuse import Entry
+from .gguf_io import GGUFFile, OutTensor
+from .weight_io import Backend
 
 Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, tensor name)
 
@@ -49,6 +54,10 @@ class Summary:
     seconds: float = 0.0
     out_exists: bool = False  # OUT existed when the run began (a dry run notes it)
     force: bool = False
+    fuse: bool = False
+    fused: int = 0  # fused tensors written
+    fused_members: int = 0  # the weights they hold
+    separate: list[str] = field(default_factory=list)  # sibling groups --fuse left apart, why
 
     @property
     def mb_per_s(self) -> float:
@@ -63,6 +72,11 @@ class Summary:
             layout = "nothing to convert: no PQ2_0, PTQ1_0 or TQ2_0 tensors"
         else:
             layout = f"{self.layout} rt={self.rt}" if self.layout == "tiles" else self.layout
+            if self.fuse:
+                layout += f"; {self.fused} fused tensors hold {self.fused_members} siblings"
+                n = len(self.separate)
+                if n:
+                    layout += f", {n} sibling group{' stays' if n == 1 else 's stay'} separate"
         if self.dry_run and self.out_exists:
             layout += "; it exists: " + ("--force replaces it" if self.force else "needs --force")
         return (
@@ -74,43 +88,52 @@ class Summary:
 
 
 def convert_weight(
-    backend: Backend, gf: GGUFFile, t: Tensor, info: WeightInfo, layout: str, rt: int
+    backend: Backend, gf: GGUFFile, parts: Sequence[Entry], layout: str, rt: int
 ) -> Iterator[np.ndarray]:
-    """Yield the bytes of weight t in `layout`, checking every scale on the way.
+    """Yield the bytes of one output weight in `layout`: the rows of `parts` one after another
+    (one weight, or the members of a fused tensor), checking every scale on the way.
 
-    The weight is converted in slices of whole rows (raw_slices). For a slice of rows that starts
-    at a multiple of the tile height, the planes/tiles bytes of the slice are one contiguous piece
-    of the tensor's code region followed by one contiguous piece of its scale region (FORMATS.md,
-    layouts.tile_rows). So the code pieces are written as they come and the scale pieces (1/17 of
-    the bytes) are kept and written after them.
+    Each part is converted in slices of whole rows (Entry.slices). For a slice of rows that
+    starts at a multiple of the tile height, the planes/tiles bytes of the slice are one
+    contiguous piece of the matrix's code region followed by one contiguous piece of its scale
+    region (FORMATS.md, "Slices"); every part but the last is whole tiles (pyq2.fuse), so that
+    holds across parts too. The code pieces are written as they come and the scale pieces (1/17
+    of the bytes) are kept and written after them.
     """
-    g = info.k // formats.PQ2_BLOCK_WEIGHTS
-    row_bytes = formats.pq2_matrix_bytes(1, info.k)
-    rows = weight_io.slice_rows(
-        info.k, layouts.tile_rows(layout, rt), weight_io.stored_tile_rows(info)
-    )
+    if layout == "raw" and len(parts) > 1:
+        raise RepackError("the raw layout holds no fused tensors")
+    k = parts[0].info.k if parts[0].info is not None else 0
+    g = k // formats.PQ2_BLOCK_WEIGHTS
+    row_bytes = formats.pq2_matrix_bytes(1, k)
     scale_parts = []
-    for r0, raw in raw_slices(backend, gf, t, info, rows):
-        formats.check_scales(raw, blocks_per_row=g, tensor=t.name, first_row=r0)
-        if layout == "raw":
-            yield raw
-            continue
-        n = len(raw) // row_bytes
-        out = backend.convert(raw, n, info.k, "raw", layout, 0, rt)
-        code_bytes, _ = layouts.region_bytes(layout, n, info.k, rt)
-        yield out[:code_bytes]
-        scale_parts.append(np.array(out[code_bytes:]))
-        del out, raw
+    for part in parts:
+        stored = part.stored
+        assert stored is not None
+        rows = weight_io.slice_rows(
+            k, layouts.tile_rows(layout, rt), weight_io.stored_tile_rows(stored)
+        )
+        for r0, raw in part.slices(backend, gf, rows):
+            formats.check_scales(raw, blocks_per_row=g, tensor=part.name, first_row=r0)
+            if layout == "raw":
+                yield raw
+                continue
+            n = len(raw) // row_bytes
+            out = backend.convert(raw, n, k, "raw", layout, 0, rt)
+            code_bytes, _ = layouts.region_bytes(layout, n, k, rt)
+            yield out[:code_bytes]
+            scale_parts.append(np.array(out[code_bytes:]))
+            del out, raw
     yield from scale_parts
 
 
-def default_out_path(in_path, layout: str) -> Path:
-    """IN with its .gguf suffix (and any earlier .pyq2-<layout>) replaced by .pyq2-<layout>.gguf."""
+def default_out_path(in_path, layout: str, fused: bool = False) -> Path:
+    """IN with its .gguf suffix (and any earlier .pyq2-<layout>[-fused]) replaced by
+    .pyq2-<layout>.gguf, or .pyq2-<layout>-fused.gguf for a fused file."""
     p = Path(in_path)
     stem = p.name.removesuffix(".gguf")
     for old in layouts.LAYOUT_NAMES:
-        stem = stem.removesuffix(f".pyq2-{old}")
-    return p.with_name(f"{stem}.pyq2-{layout}.gguf")
+        stem = stem.removesuffix(f".pyq2-{old}-fused").removesuffix(f".pyq2-{old}")
+    return p.with_name(f"{stem}.pyq2-{layout}{'-fused' if fused else ''}.gguf")
 
 
 def _check_paths(in_path: str, out_path: str, force: bool, dry_run: bool, layout: str) -> bool:
@@ -134,25 +157,6 @@ def _check_paths(in_path: str, out_path: str, force: bool, dry_run: bool, layout
     return output.check_output(out_path, force, dry_run)
 
 
-def _weight_plan(
-    gf: GGUFFile, t: Tensor, layout: str, rt: int
-) -> tuple[WeightInfo, OutTensor] | None:
-    """(WeightInfo, OutTensor) of a PQ2-family tensor, or None for a pass-through tensor."""
-    info = gf.weight_info(t)
-    if info is None:
-        return None
-    gf.validate_weight_bytes(t, info, stored_bytes(info))
-    if layout == "raw":
-        return info, OutTensor(t.name, PQ2_0, info.ne, formats.pq2_matrix_bytes(info.n, info.k))
-    if len(info.ne) > 2:
-        raise FormatError(
-            f"tensor '{t.name}' has shape {list(info.ne)}: the {layout} layout "
-            f"holds 2-D matrices only (use --layout raw)"
-        )
-    nbytes = layouts.layout_bytes(layout, info.n, info.k, rt)
-    return info, OutTensor(t.name, I8, (nbytes,), nbytes)
-
-
 def repack(
     in_path,
     out_path=None,
@@ -163,17 +167,25 @@ def repack(
     progress: Progress | None = None,
     backend: str = "auto",
     notice: output.Notice | None = None,
+    fuse: bool = False,
 ) -> Summary:
-    """Convert every PQ2-family weight of IN to `layout` and write OUT (see the module doc).
+    """Convert every PQ2-family weight of IN to `layout` and write OUT (see the module doc);
+    with `fuse`, sibling projections as fused tensors (planes and tiles only).
 
     OUT is written through pyq2.output.atomic_output: it appears complete or not at all; without
     `force` an existing OUT is refused, even one that appears while the repack runs. `notice`
-    receives one line per stale temporary of an interrupted earlier run that is removed.
+    receives one line per stale temporary of an interrupted earlier run that is removed, and one
+    per sibling group `fuse` leaves separate.
     """
     t0 = time.perf_counter()
     if layout not in layouts.LAYOUT_NAMES:
         raise RepackError(
             f"unknown layout {layout!r}: choose one of {', '.join(layouts.LAYOUT_NAMES)}"
+        )
+    if fuse and layout == "raw":
+        raise RepackError(
+            "--fuse writes fused tensors in the planes or tiles layout; the raw layout gives "
+            "back the original tensors (repack a fused file with --layout raw to split it)"
         )
     if layout == "tiles":
         try:
@@ -183,36 +195,40 @@ def repack(
     rt = layouts.layout_rt(layout, rt)
     in_path = os.fspath(in_path)
     if out_path is None:
-        out_path = default_out_path(in_path, layout)
+        out_path = default_out_path(in_path, layout, fuse)
     out_path = os.fspath(out_path)
     out_exists = _check_paths(in_path, out_path, force, dry_run, layout)
     ops = Backend(backend)
     summary = Summary(
         in_path, out_path, layout, rt, dry_run, ops.name, out_exists=out_exists, force=force
     )
+    summary.fuse = fuse
 
     with gguf_io.open_gguf(in_path) as gf:
-        # (source tensor, WeightInfo or None for a pass-through tensor, OutTensor)
-        plan: list[tuple[Tensor, WeightInfo | None, OutTensor]] = []
-        for t in gf.tensors:
-            w = _weight_plan(gf, t, layout, rt)
-            if w is None:
-                plan.append((t, None, OutTensor(t.name, t.type_id, t.ne, t.nbytes)))
-            else:
-                plan.append((t, *w))
+        entries = fuse_mod.contents(gf).entries
+        groups: list[fuse_mod.Group] = []
+        if fuse:
+            groups, summary.separate = fuse_mod.plan_groups(gf, entries, layout, rt)
+            for line in summary.separate:
+                if notice:
+                    notice(f"--fuse: {line}")
+        plan = fuse_mod.output_plan(entries, groups, layout, rt)
         records = [gf.kv_record(k) for k in gf.keys() if not k.startswith(metadata.KEY_PREFIX)]
-        weights = [(t.name, info) for t, info, _ in plan if info is not None]
+        weights = [(it.out.name, it.info) for it in plan if it.info is not None]
         if layout != "raw" and weights:
             # A file without PQ2-family weights stays a plain GGUF file, identical to IN.
-            records += [gguf_io.encode_kv(*kv) for kv in metadata.key_values(layout, rt, weights)]
-        outs = [out for _, _, out in plan]
-        total = sum(t.nbytes for t, _, _ in plan)
+            fused = {it.out.name: it.members for it in plan if it.members}
+            kvs = metadata.key_values(layout, rt, weights, fused)
+            records += [gguf_io.encode_kv(*kv) for kv in kvs]
+        outs = [it.out for it in plan]
+        total = sum(t.nbytes for t in gf.tensors)
         done = 0
 
         def tensor_data(i: int, out: OutTensor) -> Iterator:
             nonlocal done
-            t, info, _ = plan[i]
-            if info is None:
+            item = plan[i]
+            if item.info is None:
+                t = item.parts[0].tensor
                 for start in range(0, t.nbytes, weight_io.PASS_CHUNK):
                     stop = min(start + weight_io.PASS_CHUNK, t.nbytes)
                     yield gf.data(t, start, stop)
@@ -224,11 +240,14 @@ def repack(
                     yield b""
                 summary.passed += 1
                 return
-            yield from convert_weight(ops, gf, t, info, layout, rt)
-            done += t.nbytes
-            summary.converted += 1
+            yield from convert_weight(ops, gf, item.parts, layout, rt)
+            done += sum(e.nbytes for e in item.parts)
+            summary.converted += len(item.parts)
+            if item.members:
+                summary.fused += 1
+                summary.fused_members += len(item.members)
             if progress:
-                progress(done, total, t.name)
+                progress(done, total, out.name)
 
         try:
             if dry_run:

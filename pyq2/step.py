@@ -16,8 +16,11 @@ read it:
 
 With `fuse` (the default), the projections of one stage that read the same activation (attention
 q/k/v, Gated-DeltaNet qkv and gate, FFN gate and up; the side projections alike) run as one
-matmul on a concatenation of their tiles-layout matrices made for the step (one more device
-copy of those weights), writing one output whose column ranges are the projections' outputs.
+matmul writing one output whose column ranges are the projections' outputs: on the file's fused
+matrix when the file has one for them (`pyq2 repack --fuse`, Model.fused; no copy), else on a
+concatenation of their tiles-layout matrices made for the step (one more device copy of those
+weights). Without `fuse` each projection runs alone (the members of a fused matrix then get
+matrices of their own: Weight.matrix).
 
 Everything the projections write stays in `outputs[name]` (a view into the fused output).
 `run()` makes the calls on the current stream; `record()` runs them eagerly and returns each
@@ -71,19 +74,14 @@ class DecodeStep:
         for i, stage in enumerate(plan.stages):
             width = self._width(stage)
             self.q8.setdefault(width, Q8Operand.empty(m, width, dev))
-            mats = [model.weights[n].matrix for n in stage.projections]
-            groups = [mats] if fuse and fusable(mats) else [[w] for w in mats]
             self.matmuls[i] = []
-            names = iter(stage.projections)
-            for group in groups:
-                w = concat_rows(group)
+            for mats, columns in matmul_groups(model, stage.projections, fuse):
+                w = concat_rows(mats)
                 out = empty(m, w.n)
                 self.matmuls[i].append((w, out))
                 ws = max(ws, w.workspace_size(m))
-                col = 0
-                for part in group:
-                    self.outputs[next(names)] = out[:, col : col + part.n]
-                    col += part.n
+                for name, first, cols in columns:
+                    self.outputs[name] = out[:, first : first + cols]
             if stage.unrotated:
                 self.normed.setdefault(width, empty(m, width))
                 side_w = torch.cat([model.dense[n] for n in stage.unrotated]).to(self.dtype)
@@ -101,7 +99,7 @@ class DecodeStep:
         self.calls = self._calls()
 
     def _width(self, stage: Stage) -> int:
-        return self.model.weights[stage.projections[0]].matrix.k
+        return self.model.weights[stage.projections[0]].shape[1]
 
     def _calls(self) -> list[Call]:
         torch = _torch()
@@ -189,6 +187,26 @@ class DecodeStep:
                 for name in r["stage"].projections + r["stage"].unrotated:
                     r["outputs"][name] = self.outputs[name].clone()
         return records
+
+
+def matmul_groups(
+    model: Model, names: tuple[str, ...], fuse: bool
+) -> list[tuple[list[PQ2Weights], list[tuple[str, int, int]]]]:
+    """The matmuls of projections that read one activation: per matmul the matrices whose rows
+    it runs (concat_rows), and (name, first column, columns) of each projection's output."""
+    fused = model.fused_for(names) if fuse else None
+    if fused is not None:
+        return [([fused.weight.matrix], [(m.name, m.row0, m.rows) for m in fused.members])]
+    mats = [model.weights[n].matrix for n in names]
+    groups = [mats] if fuse and fusable(mats) else [[w] for w in mats]
+    out, it = [], iter(names)
+    for group in groups:
+        columns, col = [], 0
+        for w in group:
+            columns.append((next(it), col, w.n))
+            col += w.n
+        out.append((group, columns))
+    return out
 
 
 def fusable(mats: list[PQ2Weights]) -> bool:

@@ -3,9 +3,11 @@
 Every PQ2-family weight of both files is decoded to raw PQ2_0 blocks, whatever its stored type
 or layout, and compared code for code and scale for scale; every other tensor is compared byte
 for byte, and so is every key/value outside pyq2's own (pyq2.metadata). The first difference is
-reported by tensor, row and column (or block, for a scale). Both files are read a slice of rows
-(weights) or a chunk (other tensors) at a time and the pages read are dropped, so memory stays
-near a few slices whatever the size of the files.
+reported by tensor, row and column (or block, for a scale). A file with fused tensors
+(pyq2.fuse) is read as the original tensors it holds: each member's rows are compared with the
+tensor of that name in the other file. Both files are read a slice of rows (weights) or a chunk
+(other tensors) at a time and the pages read are dropped, so memory stays near a few slices
+whatever the size of the files.
 """
 
 from __future__ import annotations
@@ -14,11 +16,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import gguf_io, weight_io
+from . import fuse, gguf_io, weight_io
 from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS, pq2_unpack
 from .gguf_io import GGUFFile, Tensor
 from .metadata import KEY_PREFIX
-from .weight_io import Backend, raw_slices, stored_bytes, stored_tile_rows
+from .weight_io import Backend, stored_tile_rows
 
 
 @dataclass
@@ -26,6 +28,7 @@ class VerifyResult:
     ok: bool
     message: str
     weights: int = 0  # PQ2-family tensors compared as codes + scales
+    fused: int = 0  # of them, rows of a fused tensor in either file
     others: int = 0  # other tensors compared byte for byte
     n_weights: int = 0  # individual weights compared
 
@@ -88,26 +91,30 @@ def verify(original, repacked, backend: str = "auto") -> VerifyResult:
         return res
 
     with gguf_io.open_gguf(original) as fa, gguf_io.open_gguf(repacked) as fb:
-        names_a = [t.name for t in fa.tensors]
-        names_b = {t.name for t in fb.tensors}
+        entries_a = fuse.contents(fa).entries
+        by_name_b = fuse.contents(fb).by_name()
+        names_a = [e.name for e in entries_a]
         for n in names_a:
-            if n not in names_b:
+            if n not in by_name_b:
                 return fail(f"tensor '{n}' is missing from {fb.path}")
-        extra = names_b - set(names_a)
+        extra = set(by_name_b) - set(names_a)
         if extra:
             return fail(f"tensor '{sorted(extra)[0]}' of {fb.path} is not in {fa.path}")
         msg = _compare_metadata(fa, fb)
         if msg:
             return fail(msg)
 
-        for ta in fa.tensors:
-            tb = fb.tensor(ta.name)
-            wa, wb = fa.weight_info(ta), fb.weight_info(tb)
+        for a in entries_a:
+            b = by_name_b[a.name]
+            ta, tb = a.tensor, b.tensor
+            wa, wb = a.info, b.info
             if wa is None or wb is None:
                 if wa is not None or wb is not None:
+                    shape_a = list(ta.ne) if wa is None else list(wa.ne)
+                    shape_b = list(tb.ne) if wb is None else list(wb.ne)
                     return fail(
-                        f"tensor '{ta.name}' is {ta.type_name} {list(ta.ne)} in {fa.path} "
-                        f"but {tb.type_name} {list(tb.ne)} in {fb.path}"
+                        f"tensor '{a.name}' is {ta.type_name} {shape_a} in {fa.path} "
+                        f"but {tb.type_name} {shape_b} in {fb.path}"
                     )
                 if (ta.type_id, ta.ne) != (tb.type_id, tb.ne):
                     return fail(
@@ -120,22 +127,23 @@ def verify(original, repacked, backend: str = "auto") -> VerifyResult:
                 res.others += 1
                 continue
             if wa.ne != wb.ne:
-                return fail(f"tensor '{ta.name}': logical shape {list(wa.ne)} vs {list(wb.ne)}")
-            fa.validate_weight_bytes(ta, wa, stored_bytes(wa))
-            fb.validate_weight_bytes(tb, wb, stored_bytes(wb))
+                return fail(f"tensor '{a.name}': logical shape {list(wa.ne)} vs {list(wb.ne)}")
             # The same rows from both files (the shapes are equal), on the tiles of both.
             rows = weight_io.slice_rows(wa.k, stored_tile_rows(wa), stored_tile_rows(wb))
-            slices_a = raw_slices(ops, fa, ta, wa, rows)
-            slices_b = raw_slices(ops, fb, tb, wb, rows)
+            slices_a, slices_b = a.slices(ops, fa, rows), b.slices(ops, fb, rows)
             for (r0, ra), (_, rb) in zip(slices_a, slices_b, strict=True):
                 if not np.array_equal(ra, rb):
+                    places = [f"{e.place} in {f.path}" for e, f in ((a, fa), (b, fb)) if e.fused]
                     return fail(
-                        _first_block_mismatch(ta.name, np.asarray(ra), np.asarray(rb), wa.k, r0)
+                        _first_block_mismatch(a.name, np.asarray(ra), np.asarray(rb), wa.k, r0)
+                        + (f" ({'; '.join(places)})" if places else "")
                     )
             res.weights += 1
+            res.fused += bool(a.fused or b.fused)
             res.n_weights += wa.n * wa.k
+    fused = f", {res.fused} of them rows of fused tensors" if res.fused else ""
     res.message = (
         f"identical: {res.weights} weight tensors ({res.n_weights} weights, codes and "
-        f"scales) and {res.others} other tensors match, metadata matches"
+        f"scales{fused}) and {res.others} other tensors match, metadata matches"
     )
     return res

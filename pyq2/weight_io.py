@@ -91,38 +91,51 @@ def slice_rows(k: int, *multiples: int) -> int:
 
 
 def raw_slices(
-    backend: Backend, gf: GGUFFile, t: Tensor, info: WeightInfo, rows: int
+    backend: Backend,
+    gf: GGUFFile,
+    t: Tensor,
+    info: WeightInfo,
+    rows: int,
+    first: int = 0,
+    count: int | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """Yield (first row, PQ2_0 raw bytes of up to `rows` rows) over the whole weight t.
+    """Yield (row, PQ2_0 raw bytes of up to `rows` rows) over rows [first, first + count) of the
+    weight t (the whole weight by default); rows are counted from `first`.
 
     Each slice is read, converted and its pages dropped before the next is read, so memory
     stays near one slice whatever the size of the tensor. A raw-family source (PQ2_0, PTQ1_0,
     TQ2_0) stores its rows one after another. A planes/tiles source stores a slice that starts
     at a multiple of its tile height as one piece of its code region and one of its scale
-    region (FORMATS.md, "Slices"), so `rows` must be a multiple of stored_tile_rows(info).
+    region (FORMATS.md, "Slices"), so `first` and `rows` must be multiples of
+    stored_tile_rows(info), and first + count one too or the weight's last row (the rows of a
+    member of a fused matrix, pyq2.fuse, are).
     """
+    count = info.n - first if count is None else count
     if info.layout == "raw":
         src_row = type_nbytes(info.source_type, (info.k,))
-        for r0 in range(0, info.n, rows):
-            r1 = min(r0 + rows, info.n)
-            src = gf.data(t, r0 * src_row, r1 * src_row)
+        for r0 in range(0, count, rows):
+            r1 = min(r0 + rows, count)
+            start, stop = (first + r0) * src_row, (first + r1) * src_row
+            src = gf.data(t, start, stop)
             yield r0, backend.to_raw(src, info, r1 - r0)
             del src
-            gf.release(t, r0 * src_row, r1 * src_row)
+            gf.release(t, start, stop)
         return
     tr = stored_tile_rows(info)
-    if rows % tr:
-        raise ValueError(f"slices of {rows} rows do not start on {info.layout} tiles of {tr} rows")
-    scale_start, _ = layouts.region_bytes(info.layout, info.n, info.k, info.rt)
-    g = info.k // formats.PQ2_BLOCK_WEIGHTS
-    code_row, scale_row = g * formats.PQ2_BLOCK_WEIGHTS // 4, g * 2  # per row: 2-bit codes, fp16
-    for r0 in range(0, info.n, rows):
-        r1 = min(r0 + rows, info.n)
-        stored_r1 = -(-r1 // tr) * tr  # the last slice takes the padding rows of its tile
-        codes = (r0 * code_row, stored_r1 * code_row)
-        scales = (scale_start + r0 * scale_row, scale_start + stored_r1 * scale_row)
-        piece = np.concatenate([gf.data(t, *codes), gf.data(t, *scales)])
-        gf.release(t, *codes)
-        gf.release(t, *scales)
+    if rows % tr or first % tr:
+        raise ValueError(
+            f"slices of {rows} rows from row {first} do not start on {info.layout} tiles of "
+            f"{tr} rows"
+        )
+    for r0 in range(0, count, rows):
+        r1 = min(r0 + rows, count)
+        codes, scales = layouts.slice_ranges(
+            info.layout, info.n, info.k, info.rt, first + r0, first + r1
+        )
+        piece = np.concatenate(
+            [gf.data(t, codes.start, codes.stop), gf.data(t, scales.start, scales.stop)]
+        )
+        gf.release(t, codes.start, codes.stop)
+        gf.release(t, scales.start, scales.stop)
         yield r0, backend.to_raw(piece, info, r1 - r0)
         del piece

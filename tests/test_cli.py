@@ -299,3 +299,84 @@ def test_real_gguf_info_and_pass_through(tmp_path, capsys, gemma_path):
             assert (ta.name, ta.type_id, ta.ne) == (tb.name, tb.type_id, tb.ne)
             assert np.array_equal(a.data(ta), b.data(tb)), ta.name
     assert run(capsys, "verify", gemma_path, dst)[0] == 0
+
+
+# ---- --fuse -------------------------------------------------------------------------------
+
+
+def test_repack_fuse_help(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["repack", "--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0
+    assert "--fuse" in out and "q/k/v, qkv+gate, gate+up" in out and "default: separate" in out
+    assert "verify and --layout raw give back the original tensors" in out
+
+
+def test_repack_fuse_raw_is_a_usage_error(tmp_path, capsys, demo):
+    with pytest.raises(SystemExit) as e:
+        main(["repack", str(demo), "--fuse", "--layout", "raw"])
+    assert e.value.code == 2
+    assert "--fuse applies to the planes and tiles layouts, not --layout raw" in (
+        capsys.readouterr().err
+    )
+    assert listing(tmp_path) == ["demo.gguf"]
+
+
+def test_repack_fuse_info_verify(tmp_path, capsys, demo):
+    code, stdout, err = run(capsys, "repack", demo, "--fuse")
+    out = tmp_path / "demo.pyq2-tiles-fused.gguf"
+    assert code == 0 and err == "" and out.exists()
+    assert "(tiles rt=2; 4 fused tensors hold 9 siblings): 15 tensors converted" in stdout
+    code, stdout, _ = run(capsys, "info", out)
+    assert code == 0
+    assert "10 PQ2-family tensors" in stdout and "4 of them fused, holding 9 weights" in stdout
+    lines = stdout.splitlines()
+    at = lines.index("  blk.1.attn_q+attn_k+attn_v.weight")
+    assert lines[at + 2].split() == [
+        "blk.1.attn_k.weight",
+        "rows",
+        "512..575",
+        "256x64",
+        "tensor",
+        "17",
+    ]
+    code, stdout, _ = run(capsys, "info", out, "--json")
+    d = json.loads(stdout)
+    t = {r["name"]: r for r in d["tensors"]}
+    assert d["fused"] == {"count": 4, "members": 9}
+    assert t["blk.0.ffn_gate+ffn_up.weight"]["members"] == [
+        {
+            "name": "blk.0.ffn_gate.weight",
+            "row0": 0,
+            "rows": 768,
+            "shape": [256, 768],
+            "position": 12,
+        },
+        {
+            "name": "blk.0.ffn_up.weight",
+            "row0": 768,
+            "rows": 768,
+            "shape": [256, 768],
+            "position": 13,
+        },
+    ]
+    assert "members" not in t["blk.0.ffn_down.weight"]
+    code, stdout, _ = run(capsys, "verify", demo, out)
+    assert code == 0 and "9 of them rows of fused tensors" in stdout
+
+
+def test_repack_fuse_names_groups_left_separate(tmp_path, capsys, demo):
+    """The demo's attention k and v have 64 rows: whole tiles at rt 4 too; its groups all fuse.
+    A model whose k has 40 rows keeps q/k/v separate at rt 2, and says so on stderr."""
+    from .test_fuse import write_qwen35
+
+    src = tmp_path / "odd.gguf"
+    write_qwen35(src)
+    code, stdout, err = run(capsys, "repack", src, "--fuse", "-o", tmp_path / "o.gguf")
+    assert code == 0 and "3 fused tensors hold 6 siblings, 1 sibling group stays separate" in stdout
+    assert err.splitlines() == [
+        "pyq2: --fuse: blk.1.attn_q.weight, blk.1.attn_k.weight, blk.1.attn_v.weight stay "
+        "separate: blk.1.attn_k.weight has 40 rows, not a whole number of the 32-row tiles of "
+        "tiles rt 2"
+    ]

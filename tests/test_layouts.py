@@ -155,3 +155,27 @@ def test_tiles_every_lane_formula():
                     b = tq * 8 + 4 * hb + c
                     want = raw_qs(raw, k, row, g, b) if row < n else 0x55
                     assert tiles[tile_code_offset(t, g, 0, lane, j, G, rt)] == want
+
+
+@pytest.mark.parametrize("layout,rt", [("planes", 0), ("tiles", 1), ("tiles", 2), ("tiles", 4)])
+def test_slice_ranges_hold_the_rows_own_layout_bytes(layout, rt):
+    """Rows [r0, r1) of a matrix (r0 on a tile, r1 on a tile or the last row) are one piece of
+    its code region and one of its scale region: the bytes of those rows as a matrix alone
+    (FORMATS.md "Slices"), what a member of a fused tensor is."""
+    n, k = 100, 384
+    raw = random_raw(n, k, seed=5)
+    whole = L.from_raw(raw, n, k, layout, rt)
+    tr = L.tile_rows(layout, rt)
+    row = k // 128 * 34
+    cuts = sorted({0, n, *range(tr, n, 3 * tr)})
+    for r0, r1 in zip(cuts, cuts[1:], strict=False):
+        codes, scales = L.slice_ranges(layout, n, k, rt, r0, r1)
+        alone = L.from_raw(raw[r0 * row : r1 * row], r1 - r0, k, layout, rt)
+        assert np.array_equal(
+            np.concatenate([whole[codes.start : codes.stop], whole[scales.start : scales.stop]]),
+            alone,
+        ), (r0, r1)
+    if tr > 1:
+        for r0, r1 in ((1, n), (0, tr + 1), (tr, tr)):
+            with pytest.raises(ValueError, match="do not start and end on tiles"):
+                L.slice_ranges(layout, n, k, rt, r0, r1)

