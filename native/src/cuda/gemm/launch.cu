@@ -63,7 +63,8 @@ size_t smem_bytes(const pq2_matmul_config &cfg)
 {
     if (is_sm90(cfg)) switch (cfg.tokens) {
         case 64: return pq2_gemm::wg_smem_bytes<64>(cfg.stages);
-        default: return pq2_gemm::wg_smem_bytes<96>(cfg.stages);
+        case 96: return pq2_gemm::wg_smem_bytes<96>(cfg.stages);
+        default: return pq2_gemm::wg_smem_bytes<128>(cfg.stages);
         }
     switch (cfg.tokens) {
     case 32: return pq2_gemm::smem_bytes<32>(cfg.stages);
