@@ -690,7 +690,7 @@ def test_gemm_sm90_explicit_configs_bit_identical_to_portable():
     poisoned workspace: within the reference's tolerance, deterministic, the q8 entry point gives
     the same bits, and at tokens 64 the bits of the portable kernel of the same tile and splits
     (the same integer products, promoted in the same order)."""
-    shape, m = (1000, 5248), 100
+    shape, m = (1000, 5120), 100
     codes, scales, w = weights(shape, "random", "tiles", 2)
     x = activations(m, shape[1], "normal", torch.float32, 7)
     xq = quantize_q8(x)
@@ -720,8 +720,8 @@ def test_gemm_sm90_explicit_configs_bit_identical_to_portable():
 @pytest.mark.parametrize("tokens", [64, 128])
 @pytest.mark.parametrize(
     "shape",
-    [(1, 128), (17, 384), (100, 5248), (1000, 640), (4111, 1024)],
-    ids=["n1_k128", "n17_k384", "n100_k5248", "n1000_k640", "n4111_k1024"],
+    [(1, 512), (17, 1024), (100, 5120), (1000, 512), (4111, 1536)],
+    ids=["n1_k512", "n17_k1024", "n100_k5120", "n1000_k512", "n4111_k1536"],
 )
 def test_gemm_sm90_every_m(shape, tokens):
     """The sm_90a kernels at every boundary of m, rows and groups off the tile sizes, tile
@@ -744,8 +744,8 @@ def test_gemm_sm90_every_m(shape, tokens):
 
 @needs_sm90
 def test_gemm_sm90_bad_configs():
-    codes, scales, w = weights((1000, 640), "random", "tiles", 2)
-    x = activations(40, 640, "normal", torch.float32, 0)
+    codes, scales, w = weights((1000, 1024), "random", "tiles", 2)
+    x = activations(40, 1024, "normal", torch.float32, 0)
     for cfg, words in (
         (gemm_config(32, 4, 0, FAMILY_GEMM_SM90), "tokens=32"),
         (gemm_config(64, 2, 0, FAMILY_GEMM_SM90), "stages=2"),
@@ -754,6 +754,12 @@ def test_gemm_sm90_bad_configs():
         with pytest.raises(Pq2Error) as e:
             w.matmul(x, cfg=cfg)
         assert e.value.status_name == "PQ2_ERR_INVALID_ARGUMENT" and words in e.value.message
+    # k = 640: 5 groups, not a multiple of 4 (the kernel's TMA rows of token scalars)
+    codes, scales, w = weights((1000, 640), "random", "tiles", 2)
+    with pytest.raises(Pq2Error) as e:
+        x = activations(40, 640, "normal", torch.float32, 0)
+        w.matmul(x, cfg=gemm_config(64, 4, 0, FAMILY_GEMM_SM90))
+    assert e.value.status_name == "PQ2_ERR_UNSUPPORTED" and "multiple of 512" in e.value.message
 
 
 def test_gemm_bad_configs():

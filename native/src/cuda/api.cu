@@ -89,7 +89,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
             "tiles layout; repack the weights to tiles",
             fn, (long long)m, pq2_layout_name(v->layout), PQ2_ROWBLOCK_MAX_M);
     if (is_gemm(*cfg)) {
-        PQ2_CHECK(pq2_gemm_check_config(fn, *cfg, v->layout, dev.cc, dev.max_smem));
+        PQ2_CHECK(pq2_gemm_check_config(fn, *cfg, v->layout, v->k, dev.cc, dev.max_smem));
         *blocks = pq2_gemm_grid(*cfg, v->n, m);
         return PQ2_OK;
     }
@@ -282,6 +282,19 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const pq2
     PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, cfg_in, workspace, workspace_bytes, &c));
     pq2_q8_sink in;
     PQ2_CHECK(pq2_q8_resolve(fn, "x", x, m, c.v.k, &in));
+    if (c.cfg.family == PQ2_FAMILY_GEMM_SM90 &&
+        !(pq2_aligned(in.scales, 16) && pq2_aligned(in.sums, 16))) {
+        // The sm_90a kernels copy scales and sums by TMA (16-byte rows); the ABI asks 4 bytes.
+        if (cfg_in)
+            return pq2_set_error(PQ2_ERR_ALIGNMENT,
+                                 "%s: x->scales %p and x->sums %p must be 16-byte aligned for "
+                                 "PQ2_FAMILY_GEMM_SM90",
+                                 fn, (const void *)in.scales, (const void *)in.sums);
+        pq2_device dev;
+        PQ2_CHECK(pq2_device_get(fn, &dev));
+        const pq2_matmul_config portable = pq2_select_config(c.v, m, dev.sms, 0);
+        PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, &portable, workspace, workspace_bytes, &c));
+    }
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     const bool pdl = pq2_pdl_ok();
     if (in.q8 == nullptr && !c.bits)

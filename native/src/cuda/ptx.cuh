@@ -196,6 +196,20 @@ __device__ __forceinline__ void mbar_arrive_cp_async(uint64_t *bar)
 #endif
 }
 
+// The box of a 4-D tensor map at (x, y, z, w) into shared memory, completing its bytes on bar.
+__device__ __forceinline__ void tma_load_4d(uint64_t *bar, void *dst, const void *map, int x, int y,
+                                            int z, int w)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3, %4, %5}], [%6];" ::"r"(smem_u32(dst)),
+                 "l"(map), "r"(x), "r"(y), "r"(z), "r"(w), "r"(smem_u32(bar))
+                 : "memory");
+#else
+    (void)bar, (void)dst, (void)map, (void)x, (void)y, (void)z, (void)w;
+#endif
+}
+
 // [src, src + bytes) into shared memory, completing `bytes` on bar (16-byte aligned, multiple).
 __device__ __forceinline__ void bulk_copy(uint64_t *bar, void *dst, const void *src, uint32_t bytes)
 {

@@ -51,7 +51,7 @@ const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t 
 pq2_matmul_config pq2_select_config(const pq2_view &v, int64_t m, int sms, int cc)
 {
     const int32_t rt = v.layout == PQ2_LAYOUT_TILES ? v.rt : 0;
-    const bool sm90 = pq2_gemm_sm90_runs(cc);
+    const bool sm90 = pq2_gemm_sm90_serves(cc, v.k);
     const tuned_entry *e = lookup(v.layout, rt, v.n, v.k, m, sm90);
     if (!e) e = lookup(v.layout, rt, 0, 0, m, sm90);
     if (!e) {

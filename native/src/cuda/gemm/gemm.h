@@ -35,9 +35,19 @@ inline bool pq2_gemm_sm90_runs(int cc)
     return cc == 90 && pq2_gemm_sm90_built();
 }
 
+// The sm_90a kernels copy the token scales and sums by TMA in rows of 4 groups (16 bytes): they
+// serve k a multiple of 4 * 128.
+constexpr int64_t kGemmSm90KMultiple = 512;
+
+// Whether PQ2_FAMILY_GEMM_SM90 serves weights of k columns on a device of compute capability cc.
+inline bool pq2_gemm_sm90_serves(int cc, int64_t k)
+{
+    return pq2_gemm_sm90_runs(cc) && k % kGemmSm90KMultiple == 0;
+}
+
 // PQ2_OK when cfg is a valid GEMM configuration for this layout that the device can run.
 pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, int32_t layout,
-                                 int cc, int max_smem);
+                                 int64_t k, int cc, int max_smem);
 
 // The splits the dispatcher gives a GEMM fallback configuration (splits 0): enough blocks to
 // fill the device once, at most 16, each split keeping at least 8 groups.

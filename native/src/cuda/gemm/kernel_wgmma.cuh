@@ -12,11 +12,14 @@
 // with the 128-byte swizzle (each token's group is one row of a K-major tile).
 //
 // Pipeline: STAGES stages, each with a "full" and an "empty" mbarrier. The producer warp waits
-// for a stage to be empty, then copies a group into it: the activations by TMA, each tile's code
-// bytes and scales by bulk copies (one per tile of the block), the tokens' scales and sums by
-// cp.async; the stage is full when all have landed. A consumer warp waits for full, issues its
-// wgmmas, waits for them, promotes, and marks the stage empty. The two warpgroups run
-// independently, so one's promotion overlaps the other's wgmmas.
+// for a stage to be empty, then copies a group into it: its first lane with three TMA copies
+// (wg_maps: the activations; the block's code bytes and weight scales, each one box of the
+// tiles layout's (sub-tile, rt, group, tile) order whatever the tile height, rows past the
+// stored ones arriving as zeros), and at every fourth group all its lanes the tokens' scales and
+// sums of four groups (16-byte cp.async per token: the kernel needs k/128 a multiple of 4) into
+// a ring of kQuads such blocks. The stage is full when all have landed. A consumer warp waits for
+// full, issues its wgmmas, waits for them, promotes, and marks the stage empty. The two
+// warpgroups run independently, so one's promotion overlaps the other's wgmmas.
 //
 // Promotion: the int32 product 64 * dot(code, q) goes into the fp32 accumulator as
 // acc += (float(d) - 64 * sum(q)) * (d_w / 64) * d_x, where float(d) is the bits of
@@ -32,6 +35,22 @@ namespace pq2_gemm {
 
 constexpr int kWgThreads = kThreads + 32;  // two consumer warpgroups and the producer warp
 constexpr int kMaxStages = 6;
+// Token scalars come in quads of 4 groups; a ring of 3 quads is never refilled before the
+// consumers are past it (a quad is refilled 12 groups on, and the producer is at most
+// kMaxStages groups ahead of the slowest consumer).
+constexpr int kQuad = 4, kQuads = 3;
+
+// The TMA maps of one call (gemm/launch.cu makes them): the Q8 values and the weights' code
+// and scale regions.
+struct wg_maps {
+    CUtensorMap q8, codes, scales;
+};
+
+// The tokens' scales and sums of 4 groups, by token.
+template <int BN> struct wg_quad {
+    float xs[BN][kQuad];
+    int32_t sums[BN][kQuad];
+};
 
 // Shared memory of one pipeline stage (one group); 1024-aligned for the swizzle atoms.
 template <int BN> struct alignas(1024) wg_stage {
@@ -39,14 +58,13 @@ template <int BN> struct alignas(1024) wg_stage {
     uint8_t q8[BN * 128];
     uint8_t codes[kSubtiles][512];
     uint16_t wscales[kSubtiles][16];
-    float xs[BN];
-    int32_t sums[BN];
 };
 
-// Dynamic shared memory of the kernel: the stages and the slack that aligns them to 1024.
+// Dynamic shared memory of the kernel: the stages, the token-scalar ring and the slack that
+// aligns the stages to 1024.
 template <int BN> constexpr size_t wg_smem_bytes(int stages)
 {
-    return sizeof(wg_stage<BN>) * stages + 1024;
+    return sizeof(wg_stage<BN>) * stages + sizeof(wg_quad<BN>) * kQuads + 1024;
 }
 
 template <int BN>
@@ -77,8 +95,9 @@ __device__ __forceinline__ void load_a(const wg_stage<BN> &st, int sub, int lane
 
 // acc += the group's products in d, with both scales (see the top of the file).
 template <int BN>
-__device__ __forceinline__ void promote(const wg_stage<BN> &st, int sub, int lane,
-                                        const int (&d)[BN / 2], float (&acc)[BN / 2])
+__device__ __forceinline__ void promote(const wg_stage<BN> &st, const wg_quad<BN> &qd, int col,
+                                        int sub, int lane, const int (&d)[BN / 2],
+                                        float (&acc)[BN / 2])
 {
     const int gid = lane >> 2, tq = lane & 3;
     // a sub-tile's 16 scales in fragment order: rows gid and gid + 8 at 2 gid, 2 gid + 1
@@ -88,10 +107,9 @@ __device__ __forceinline__ void promote(const wg_stage<BN> &st, int sub, int lan
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         const int tok = 8 * j + 2 * tq;
-        const float2 xs = *reinterpret_cast<const float2 *>(&st.xs[tok]);
-        const int2 su = *reinterpret_cast<const int2 *>(&st.sums[tok]);
-        const float c0 = __int_as_float(su.x * 64 + 0x4B400000);
-        const float c1 = __int_as_float(su.y * 64 + 0x4B400000);
+        const float2 xs = make_float2(qd.xs[tok][col], qd.xs[tok + 1][col]);
+        const float c0 = __int_as_float(qd.sums[tok][col] * 64 + 0x4B400000);
+        const float c1 = __int_as_float(qd.sums[tok + 1][col] * 64 + 0x4B400000);
         float *a = &acc[4 * j];
         const int *q = &d[4 * j];
         a[0] = fmaf(__int_as_float(q[0] + 0x4B400000) - c0, w0 * xs.x, a[0]);
@@ -107,43 +125,39 @@ template <int N> __device__ __forceinline__ void pin_all(int (&d)[N])
     for (int i = 0; i < N; ++i) wgmma_pin(d[i]);
 }
 
-// The producer warp: every group of [g0, g1) into its stage once the consumers have emptied it.
+// The producer warp: every group of [g0, g1) into its stage once the consumers have emptied it,
+// and at each group that starts a quad (or the first), the quad's token scalars.
 template <int BN, int STAGES>
-__device__ __forceinline__ void produce(const pq2_gemm_problem &p, const CUtensorMap *q8_map,
-                                        wg_stage<BN> *stages, uint64_t *full, uint64_t *empty,
-                                        int g0, int g1, int lane)
+__device__ __forceinline__ void produce(const pq2_gemm_problem &p, const wg_maps *maps,
+                                        wg_stage<BN> *stages, wg_quad<BN> *quads, uint64_t *full,
+                                        uint64_t *empty, int g0, int g1, int lane)
 {
-    const int groups = (int)(p.k >> 7);
-    const int rt = p.rt, tiles_here = kSubtiles / rt;
-    const int64_t tile_rows = 16 * (int64_t)rt;
-    const int64_t first_tile = (int64_t)blockIdx.x * kRows / tile_rows;
-    const int64_t stored_tiles = (p.n + tile_rows - 1) / tile_rows;
-    const int64_t left = stored_tiles - first_tile;
-    const int live = left < tiles_here ? (int)left : tiles_here;
-    const uint32_t bytes = BN * 128 + (uint32_t)(live * rt) * (512 + 32);
-    const int64_t tok0 = (int64_t)blockIdx.y * BN;
+    const int groups = (int)(p.k >> 7), tok0 = (int)blockIdx.y * BN;
+    const int first_tile = (int)((int64_t)blockIdx.x * kRows / (16 * p.rt));
     for (int g = g0, i = 0; g < g1; ++g, ++i) {
         const int s = i % STAGES, round = i / STAGES;
         if (round > 0) mbar_wait(&empty[s], (uint32_t)(round - 1) & 1u);
         wg_stage<BN> &st = stages[s];
         if (lane == 0) {
-            mbar_expect_tx(&full[s], bytes);
-            tma_load_2d(&full[s], st.q8, q8_map, g * 128, (int)tok0);
-            for (int t = 0; t < live; ++t) {
-                const int64_t at = ((first_tile + t) * groups + g) * rt;
-                bulk_copy(&full[s], st.codes[t * rt], p.codes + at * 512, (uint32_t)rt * 512);
-                bulk_copy(&full[s], st.wscales[t * rt], p.wscales + at * 16, (uint32_t)rt * 32);
-            }
+            mbar_expect_tx(&full[s],
+                           (uint32_t)(sizeof(st.q8) + sizeof(st.codes) + sizeof(st.wscales)));
+            tma_load_2d(&full[s], st.q8, &maps->q8, g * 128, tok0);
+            tma_load_4d(&full[s], st.codes, &maps->codes, 0, 0, g, first_tile);
+            tma_load_4d(&full[s], st.wscales, &maps->scales, 0, 0, g, first_tile);
         }
+        if (g % kQuad == 0 || g == g0) {
+            wg_quad<BN> &qd = quads[(g / kQuad) % kQuads];
+            const int gq = g / kQuad * kQuad;
 #pragma unroll
-        for (int c = 0; c < 2 * BN / 32; ++c) {  // the tokens' scales (even) and sums (odd)
-            const int e = lane + 32 * c, tok = e >> 1;
-            const bool ok = tok0 + tok < p.m;
-            const int64_t at = (tok0 + tok) * groups + g;
-            if (e & 1)
-                cp_async4(&st.sums[tok], ok ? (const void *)(p.sums + at) : p.sums, ok);
-            else
-                cp_async4(&st.xs[tok], ok ? (const void *)(p.xs + at) : p.xs, ok);
+            for (int c = 0; c < 2 * BN / 32; ++c) {  // the tokens' scales (even) and sums (odd)
+                const int e = lane + 32 * c, tok = e >> 1;
+                const bool ok = tok0 + tok < p.m;
+                const int64_t at = (int64_t)(tok0 + tok) * groups + gq;
+                if (e & 1)
+                    cp_async16(qd.sums[tok], ok ? (const void *)(p.sums + at) : p.sums, ok);
+                else
+                    cp_async16(qd.xs[tok], ok ? (const void *)(p.xs + at) : p.xs, ok);
+            }
         }
         mbar_arrive_cp_async(&full[s]);
     }
@@ -151,8 +165,9 @@ __device__ __forceinline__ void produce(const pq2_gemm_problem &p, const CUtenso
 
 // A consumer warp (sub-tile `warp` of the block): every group of [g0, g1) into acc.
 template <int BN, int STAGES>
-__device__ __forceinline__ void consume(wg_stage<BN> *stages, uint64_t *full, uint64_t *empty,
-                                        int g0, int g1, int warp, int lane, float (&acc)[BN / 2])
+__device__ __forceinline__ void consume(wg_stage<BN> *stages, const wg_quad<BN> *quads,
+                                        uint64_t *full, uint64_t *empty, int g0, int g1, int warp,
+                                        int lane, float (&acc)[BN / 2])
 {
     int d[BN / 2];
     uint32_t a[4][4];
@@ -168,7 +183,7 @@ __device__ __forceinline__ void consume(wg_stage<BN> *stages, uint64_t *full, ui
         wgmma_commit();
         wgmma_wait<0>();
         pin_all(d);
-        promote(st, warp, lane, d, acc);
+        promote(st, quads[(g / kQuad) % kQuads], g % kQuad, warp, lane, d, acc);
         __syncwarp();
         if (lane == 0) mbar_arrive(&empty[s]);
     }
@@ -176,7 +191,7 @@ __device__ __forceinline__ void consume(wg_stage<BN> *stages, uint64_t *full, ui
 
 template <int BN, int STAGES>
 __global__ void __launch_bounds__(kWgThreads, 1)
-    wgmma_kernel(const pq2_gemm_problem p, const __grid_constant__ CUtensorMap q8_map)
+    wgmma_kernel(const pq2_gemm_problem p, const __grid_constant__ wg_maps maps)
 {
 #if PQ2_WGMMA
     static_assert(STAGES <= kMaxStages, "one barrier pair per stage");
@@ -185,6 +200,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     const uint32_t raw = smem_u32(smem_raw);
     wg_stage<BN> *stages =
         reinterpret_cast<wg_stage<BN> *>(smem_raw + (((raw + 1023) & ~1023u) - raw));
+    wg_quad<BN> *quads = reinterpret_cast<wg_quad<BN> *>(stages + STAGES);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     // 32-bit group indices (k < 2^38): the loops' branches stay uniform.
     const int groups = (int)(p.k >> 7), split = (int)blockIdx.z;
@@ -196,14 +212,6 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
     }
-    // Sub-tiles past the stored rows are never copied: zeros, so their (discarded) products are
-    // defined.
-    for (int i = threadIdx.x; i < STAGES * kSubtiles * 32; i += blockDim.x) {
-        const int s = i / (kSubtiles * 32), sub = (i / 32) % kSubtiles, c = i % 32;
-        reinterpret_cast<uint4 *>(stages[s].codes[sub])[c] = make_uint4(0, 0, 0, 0);
-        if (c < 2) reinterpret_cast<uint4 *>(stages[s].wscales[sub])[c] = make_uint4(0, 0, 0, 0);
-    }
-    fence_proxy_async();  // the zeros before any bulk copy into the stages
     __syncthreads();
     // The activations are the previous kernel's output (the quantiser or the caller's producer).
     pq2_pdl_handoff();
@@ -213,15 +221,15 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
     const bool consumer = warp < kWarps;
     if (consumer)
-        consume<BN, STAGES>(stages, full, empty, g0, g1, warp, lane, acc);
+        consume<BN, STAGES>(stages, quads, full, empty, g0, g1, warp, lane, acc);
     else
-        produce<BN, STAGES>(p, &q8_map, stages, full, empty, g0, g1, lane);
+        produce<BN, STAGES>(p, &maps, stages, quads, full, empty, g0, g1, lane);
     const int gid = lane >> 2, tq = lane & 3;
     store_tile<BN>(
         p, acc, [&](int i) { return 16 * warp + gid + 8 * ((i & 3) >> 1); },
         [&](int i) { return 8 * (i >> 2) + 2 * tq + (i & 1); }, consumer);
 #else
-    (void)p, (void)q8_map;
+    (void)p, (void)maps;
     __trap();
 #endif
 }

@@ -21,7 +21,7 @@ template <int BM> gemm_fn mma_kernel(int stages)
     }
 }
 
-using wgmma_fn = void (*)(const pq2_gemm_problem, const CUtensorMap);
+using wgmma_fn = void (*)(const pq2_gemm_problem, const pq2_gemm::wg_maps);
 
 template <int BN> wgmma_fn wgmma_kernel(int stages)
 {
@@ -123,7 +123,7 @@ bool pq2_gemm_sm90_built()
 }
 
 pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, int32_t layout,
-                                 int cc, int max_smem)
+                                 int64_t k, int cc, int max_smem)
 {
     if (layout != PQ2_LAYOUT_TILES)
         return pq2_set_error(
@@ -144,6 +144,11 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
                                  "capability 9.0 device and a libpq2 built for sm_90a (this "
                                  "device: %d.%d; built for sm_90a: %s)",
                                  fn, cc / 10, cc % 10, pq2_gemm_sm90_built() ? "yes" : "no");
+        if (!pq2_gemm_sm90_serves(cc, k))
+            return pq2_set_error(PQ2_ERR_UNSUPPORTED,
+                                 "%s: config family PQ2_FAMILY_GEMM_SM90 needs k a multiple of "
+                                 "%lld (k=%lld); PQ2_FAMILY_GEMM serves any k",
+                                 fn, (long long)kGemmSm90KMultiple, (long long)k);
         if (cfg.tokens != 64 && cfg.tokens != 96 && cfg.tokens != 128)
             return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                                  "%s: GEMM_SM90 config tokens=%d is not 64, 96 or 128", fn,
@@ -213,9 +218,10 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder()
     return encode;
 }
 
-// The TMA map of the Q8 operand's values (m rows of k bytes) in boxes of `tokens` rows x one
-// 128-byte group, written to shared memory with the 128-byte swizzle.
-pq2_status q8_tensor_map(const char *fn, const pq2_gemm_problem &p, int tokens, CUtensorMap *map)
+// One TMA map: `rank` dimensions (dims[0] contiguous), the byte strides of dims 1.., a box.
+pq2_status encode_map(const char *fn, CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                      const void *base, const cuuint64_t *dims, const cuuint64_t *strides,
+                      const cuuint32_t *box, CUtensorMapSwizzle swizzle)
 {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (!encode)
@@ -223,17 +229,43 @@ pq2_status q8_tensor_map(const char *fn, const pq2_gemm_problem &p, int tokens, 
                              "%s: the driver has no cuTensorMapEncodeTiled (the sm_90a GEMM "
                              "needs a CUDA 12 driver)",
                              fn);
-    const cuuint64_t dims[2] = {(cuuint64_t)p.k, (cuuint64_t)p.m};
-    const cuuint64_t strides[1] = {(cuuint64_t)p.k};
-    const cuuint32_t box[2] = {128, (cuuint32_t)tokens}, step[2] = {1, 1};
-    const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<int8_t *>(p.q8),
-                              dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                              CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                              CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    const cuuint32_t step[4] = {1, 1, 1, 1};
+    const CUresult r =
+        encode(map, type, rank, const_cast<void *>(base), dims, strides, box, step,
+               CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
         return pq2_set_error(PQ2_ERR_CUDA, "%s: cuTensorMapEncodeTiled failed (CUresult %d)", fn,
                              (int)r);
     return PQ2_OK;
+}
+
+// The maps of kernel_wgmma.cuh: the Q8 values (m rows of k bytes) in boxes of `tokens` rows x
+// one 128-byte group with the 128-byte swizzle; the codes and scales as (sub-tile, rt sub-tiles,
+// groups, tiles) with a box of one group of the 8 / rt tiles of a block.
+pq2_status make_maps(const char *fn, const pq2_gemm_problem &p, int tokens, pq2_gemm::wg_maps *m)
+{
+    const cuuint64_t groups = (cuuint64_t)(p.k / 128), rt = (cuuint64_t)p.rt;
+    const cuuint64_t tiles = (cuuint64_t)((p.n + 16 * p.rt - 1) / (16 * p.rt));
+    const cuuint32_t block_tiles = (cuuint32_t)(pq2_gemm::kSubtiles / p.rt);
+    {
+        const cuuint64_t dims[2] = {(cuuint64_t)p.k, (cuuint64_t)p.m}, strides[1] = {dims[0]};
+        const cuuint32_t box[2] = {128, (cuuint32_t)tokens};
+        PQ2_CHECK(encode_map(fn, &m->q8, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, p.q8, dims, strides, box,
+                             CU_TENSOR_MAP_SWIZZLE_128B));
+    }
+    {
+        const cuuint64_t dims[4] = {128, rt, groups, tiles};
+        const cuuint64_t strides[3] = {512, rt * 512, groups * rt * 512};
+        const cuuint32_t box[4] = {128, (cuuint32_t)rt, 1, block_tiles};
+        PQ2_CHECK(encode_map(fn, &m->codes, CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, p.codes, dims,
+                             strides, box, CU_TENSOR_MAP_SWIZZLE_NONE));
+    }
+    const cuuint64_t dims[4] = {16, rt, groups, tiles};
+    const cuuint64_t strides[3] = {32, rt * 32, groups * rt * 32};
+    const cuuint32_t box[4] = {16, (cuuint32_t)rt, 1, block_tiles};
+    return encode_map(fn, &m->scales, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, p.wscales, dims, strides,
+                      box, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 }  // namespace
@@ -250,10 +282,10 @@ pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_
     pq2_gemm_problem q = p;
     q.splits = splits_of(cfg);
     if (is_sm90(cfg)) {
-        CUtensorMap map;
-        PQ2_CHECK(q8_tensor_map(fn, q, cfg.tokens, &map));
+        pq2_gemm::wg_maps maps;
+        PQ2_CHECK(make_maps(fn, q, cfg.tokens, &maps));
         pq2_launch l(grid, pq2_gemm::kWgThreads, smem_bytes(cfg), stream, after_kernel);
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_wgmma_kernel(cfg), q, map));
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_wgmma_kernel(cfg), q, maps));
         return pq2_launch_status(fn);
     }
     pq2_launch l(grid, pq2_gemm::kThreads, smem_bytes(cfg), stream, after_kernel);
