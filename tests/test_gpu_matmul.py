@@ -25,8 +25,10 @@ if not torch.cuda.is_available():
 from pyq2 import _native, host, reference  # noqa: E402
 from pyq2.errors import Pq2Error  # noqa: E402
 from pyq2.gpu import (  # noqa: E402
+    FAMILY_GEMM,
     FAMILY_GEMM_SM90,
     PQ2Weights,
+    Q8Operand,
     gemm_config,
     matmul_config,
     quantize_q8,
@@ -740,6 +742,32 @@ def test_gemm_sm90_every_m(shape, tokens):
             assert rel_rms(y, q8_reference(codes, scales, *xq)) <= Y_TOL[torch.float32], what
             if tokens == 64:
                 assert torch.equal(y, w.matmul(x, cfg=gemm_config(64, 4, 1))), what
+
+
+@needs_sm90
+def test_gemm_sm90_dispatch_and_a_misaligned_operand():
+    """The dispatcher picks the sm_90a family above m = 128 where k is a multiple of 512 and the
+    portable one elsewhere; a Q8 operand whose scales and sums are 4- but not 16-byte aligned runs
+    on the portable family under the dispatcher (the same bits: no splits either way) and is
+    refused with an explicit sm_90a configuration."""
+    codes, scales, w = weights((1000, 1024), "random", "tiles", 2)
+    assert w.config_for(512)["family"] == FAMILY_GEMM_SM90
+    assert w.config_for(64)["family"] == FAMILY_GEMM
+    assert weights((1000, 640), "random", "tiles", 2)[2].config_for(512)["family"] == FAMILY_GEMM
+    m, groups = 300, 1024 // 128
+    xq = quantize_q8(activations(m, 1024, "normal", torch.float32, 3))
+    want = w.matmul_q8(xq, torch.full((m, 1000), float("nan"), device="cuda"))
+    sc = torch.empty(m * groups + 4, dtype=torch.float32, device="cuda")[1 : 1 + m * groups]
+    su = torch.empty(m * groups + 4, dtype=torch.int32, device="cuda")[1 : 1 + m * groups]
+    sc.copy_(xq.scales.reshape(-1)), su.copy_(xq.sums.reshape(-1))
+    q = Q8Operand(xq.q8, sc.view(m, groups), su.view(m, groups), None, m, 1024)
+    got = w.matmul_q8(q, torch.full((m, 1000), float("nan"), device="cuda"))
+    torch.cuda.synchronize()
+    assert torch.equal(got, want)
+    with pytest.raises(Pq2Error) as e:
+        cfg = gemm_config(128, 4, 1, FAMILY_GEMM_SM90)
+        w.matmul_q8(q, torch.empty(m, 1000, device="cuda"), cfg=cfg)
+    assert e.value.status_name == "PQ2_ERR_ALIGNMENT" and "16-byte" in e.value.message
 
 
 @needs_sm90

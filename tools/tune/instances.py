@@ -71,8 +71,8 @@ def product_keys(entries: list[dict]) -> list[tuple]:
     keys = set()
     served = {}  # (layout, n, k, layout_rt) -> largest m already served by earlier entries
     for e in entries:
-        if e["family"] == "GEMM":
-            continue  # the GEMM family's kernels are all compiled (gemm/launch.cu)
+        if e["family"] in ("GEMM", "GEMM_SM90"):
+            continue  # the GEMM families' kernels are all compiled (gemm/launch.cu)
         if e["family"] != "ROWBLOCK":
             raise SystemExit(f"tuned_configs.inc: unknown family {e['family']!r}")
         shape = (e["layout"], e["n"], e["k"], e["layout_rt"])

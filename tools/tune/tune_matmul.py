@@ -30,15 +30,15 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
 import instances  # noqa: E402
 from shapes import SHAPES, pq2_bytes  # noqa: E402
 
-from pyq2.gpu import CONFIG_FIELDS, FAMILY_GEMM, FAMILY_ROWBLOCK  # noqa: E402
+from pyq2.gpu import CONFIG_FIELDS, FAMILY_GEMM, FAMILY_GEMM_SM90, FAMILY_ROWBLOCK  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 SEARCH_CHOICES = ("rowblock", "persistent", "splits", "coarse")  # what --search can name
 # A configuration is a tuple in pq2_matmul_config's field order (CONFIG_FIELDS, pq2.h): the
 # table's columns after (layout, m_max, n, k, layout_rt).
-ROWBLOCK, GEMM = FAMILY_ROWBLOCK, FAMILY_GEMM
-FAMILY_NAMES = {ROWBLOCK: "ROWBLOCK", GEMM: "GEMM"}
+ROWBLOCK, GEMM, GEMM_SM90 = FAMILY_ROWBLOCK, FAMILY_GEMM, FAMILY_GEMM_SM90
+FAMILY_NAMES = {ROWBLOCK: "ROWBLOCK", GEMM: "GEMM", GEMM_SM90: "GEMM_SM90"}
 ROWBLOCK_MAX_M = instances.ROWBLOCK_MAX_M
 # Within this fraction of the fastest, the lighter configuration wins (footprint()).
 TIE = 0.02
@@ -57,12 +57,17 @@ def persistent_blocks(w):
 def search_space(layout, layout_rt, m, parts=SEARCH_CHOICES, warps=None, k=5120):
     """Configurations to time (refused ones are skipped when timed). parts: which grids and row
     shapes to search; warps: the warps per block to try instead of the defaults (powers of two).
-    Above m = 16 only the GEMM family serves (tiles): its token tiles, depths and splits."""
+    Above m = 16 only the GEMM families serve (tiles): their token tiles, depths and splits (the
+    sm_90a family's are refused, so skipped, on other devices and where k is not a multiple of
+    512)."""
     if m > ROWBLOCK_MAX_M:
         if layout == "tiles":
             for tokens, stages, splits in itertools.product((32, 64, 128), (2, 3, 4), (1, 2, 4, 8)):
                 if k // 128 // splits >= 8:
                     yield (GEMM, 8, tokens, 8, 1, stages, 0, splits)
+            for tokens, stages, splits in itertools.product((64, 96, 128), (4, 6), (1, 2, 4)):
+                if k // 128 // splits >= 8:
+                    yield (GEMM_SM90, 8, tokens, 8, 1, stages, 0, splits)
         return
     W = lambda default: tuple(warps) if warps else default  # noqa: E731
     if "rowblock" in parts and layout == "tiles":  # one block per row block, registers or ring
@@ -126,8 +131,10 @@ def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
                 for c in search_space(layout, layout_rt, m, parts, warps, k):
                     try:
                         cf = dict(zip(CONFIG_FIELDS, c, strict=True))
-                        if cf["family"] == GEMM:
-                            config = gemm_config(cf["tokens"], cf["stages"], cf["splits"])
+                        if cf["family"] in (GEMM, GEMM_SM90):
+                            config = gemm_config(
+                                cf["tokens"], cf["stages"], cf["splits"], cf["family"]
+                            )
                         else:
                             del cf["family"], cf["tokens"]
                             config = matmul_config(**cf)
@@ -197,7 +204,8 @@ def render_table(old_text, entries, note, partial):
             if not replaced:
                 keep.append((key, line))
     new = [(table_key(entry_line(*e)), entry_line(*e)) for e in entries]
-    order = lambda kl: (kl[0][0], kl[0][2], kl[0][3], kl[0][4], kl[0][1])  # noqa: E731
+    # an sm_90a line before a portable one of the same range: it serves first where it runs
+    order = lambda kl: (*kl[0][:1], *kl[0][2:], kl[0][1], "GEMM_SM90," not in kl[1])  # noqa: E731
     # One provenance line per run, after the earlier runs' (a full run of a layout still leaves
     # the other layout's lines from earlier runs, so none is dropped).
     runs = [i for i, h in enumerate(header) if h.startswith("// Tuned on")]
