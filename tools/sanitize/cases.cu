@@ -158,6 +158,22 @@ int main()
         const pq2_matmul_config cfg = {PQ2_FAMILY_GEMM, 8, tokens, 8, 1, 2, 0, 3};
         matmul("gemm split 3", tiles, 70, &cfg);
     }
+    // The sm_90a GEMM (k a multiple of 512; a compute capability 9.0 device): the dispatcher's
+    // choice, every token tile with the shallowest and deepest pipeline, with and without splits.
+    const pq2_weights tiles512 = weights(160, 512, PQ2_LAYOUT_TILES, 2);
+    int dev = 0, major = 0;
+    cuda_check("device", cudaGetDevice(&dev));
+    cuda_check("cc", cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    if (major == 9) {
+        matmul("gemm sm90 tuned", tiles512, 300, nullptr);
+        for (int32_t tokens : {64, 96, 128})
+            for (int32_t stages : {3, 6})
+                for (int32_t splits : {1, 2}) {
+                    const pq2_matmul_config cfg = {
+                        PQ2_FAMILY_GEMM_SM90, 8, tokens, 8, 1, stages, 0, splits};
+                    matmul("gemm sm90", tiles512, 130, &cfg);
+                }
+    }
     // Quantiser alone, rotation, producers, lookup, dequantisation.
     const int64_t k = 384;
     for (int64_t m : {1, 4, 20}) {
