@@ -196,6 +196,11 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
  *                blocks, the last to finish adding the           many blocks, added the same
  *                partials in split order (deterministic;         way
  *                needs workspace)
+ * PQ2_FAMILY_GEMM_SM90 (any m; tiles; compute capability 9.0 and a build with sm_90a; k a
+ * multiple of 512; a pq2_matmul_q8_cuda operand's scales and sums 16-byte aligned): the fields
+ * of PQ2_FAMILY_GEMM with tokens 64, 96 or 128 and stages 3..6 (the depth of a TMA pipeline fed
+ * by a producer warp). Where it does not serve, the dispatcher passes its table lines by (and a
+ * misaligned operand falls back to PQ2_FAMILY_GEMM); an explicit one is refused.
  * (*) TILES: any whatever the file's tile height rt (above rt "coarse rows": a block takes
  * several tile rows; below, "fine rows": part of one), except with stages >= 3 (= rt).
  * ROWBLOCK at m > 8 also holds a block's activation scales and sums in shared memory, 128 bytes
@@ -203,10 +208,11 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
  * about 200000 on sm_90.
  *
  * ROWBLOCK: one block per row block, its warps splitting the 128-groups and loading the codes
- * straight into registers (decode batches: the weights dominate). GEMM: blocks of 128 weight
- * rows x `tokens` tokens, the codes and the activations staged in shared memory and multiplied
- * on the int8 tensor cores, the partial products promoted to fp32 with both scales per group
- * (prefill: the arithmetic dominates). ARCHITECTURE.md says why each is built so. */
+ * straight into registers (decode batches: the weights dominate). GEMM, GEMM_SM90: blocks of 128
+ * weight rows x `tokens` tokens, the codes and the activations staged in shared memory and
+ * multiplied on the int8 tensor cores (mma.sync; wgmma), the partial products promoted to fp32
+ * with both scales per group (prefill: the arithmetic dominates); for the same tokens and splits
+ * both give the same bits. ARCHITECTURE.md says why each is built so. */
 #define PQ2_FAMILY_ROWBLOCK 1
 #define PQ2_FAMILY_GEMM 2
 #define PQ2_FAMILY_GEMM_SM90 3
