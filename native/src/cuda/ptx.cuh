@@ -210,20 +210,6 @@ __device__ __forceinline__ void tma_load_4d(uint64_t *bar, void *dst, const void
 #endif
 }
 
-// [src, src + bytes) into shared memory, completing `bytes` on bar (16-byte aligned, multiple).
-__device__ __forceinline__ void bulk_copy(uint64_t *bar, void *dst, const void *src, uint32_t bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile(
-        "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
-            "r"(smem_u32(dst)),
-        "l"(src), "r"(bytes), "r"(smem_u32(bar))
-        : "memory");
-#else
-    (void)bar, (void)dst, (void)src, (void)bytes;
-#endif
-}
-
 // The box of a 2-D tensor map at (x, y) (x the inner coordinate) into shared memory,
 // completing its bytes on bar; elements outside the tensor arrive as zeros.
 __device__ __forceinline__ void tma_load_2d(uint64_t *bar, void *dst, const void *map, int x, int y)
@@ -261,23 +247,6 @@ __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool valid
 {
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_u32(dst)), "l"(src),
                  "r"(valid ? 4 : 0)
-                 : "memory");
-}
-
-// cp_async16 / cp_async4 issued only where `issue` (a predicate inside the instruction, no
-// branch: the Hopper GEMM keeps its warps convergent while wgmmas are in flight).
-__device__ __forceinline__ void cp_async16_if(bool issue, void *dst, const void *src, bool valid)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n"
-                 "@p cp.async.cg.shared.global [%0], [%1], 16, %2;\n}\n" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(valid ? 16 : 0), "r"((int)issue)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async4_if(bool issue, void *dst, const void *src, bool valid)
-{
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %3, 0;\n"
-                 "@p cp.async.ca.shared.global [%0], [%1], 4, %2;\n}\n" ::"r"(smem_u32(dst)),
-                 "l"(src), "r"(valid ? 4 : 0), "r"((int)issue)
                  : "memory");
 }
 

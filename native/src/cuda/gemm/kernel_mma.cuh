@@ -25,19 +25,80 @@ constexpr int kXRow = 144;  // bytes per token row of the staged activations (12
 
 // Shared memory of one pipeline stage (one group).
 template <int BM> struct stage {
-    static constexpr int kTokens = BM;
     uint8_t codes[kSubtiles][512];
     uint16_t wscales[kSubtiles][16];
     uint8_t q8[BM][kXRow];
     float xs[BM];
     int32_t sums[BM];
-    __device__ __forceinline__ uint8_t *q8_chunk(int row, int c) { return &q8[row][c * 16]; }
 };
 
 template <int BM> constexpr size_t smem_bytes(int stages)
 {
     return sizeof(stage<BM>) * stages;
 }
+
+// The copies of one group into a stage, every thread taking a share: its source pointers are
+// computed once and advance one group per issue (the address arithmetic stays out of the loop).
+template <int BM> struct group_loader {
+    static constexpr int kQ8Chunks = BM * 8 / kThreads;  // 16-byte chunks of activations per thread
+    const uint8_t *codes;     // this thread's 16 code bytes (sub-tile t / 32, chunk t % 32)
+    const uint16_t *wscales;  // threads < 16: 8 scales of sub-tile t / 2
+    const int8_t *q8;         // chunk 0 of this thread's activations; chunk i is i * 32 tokens on
+    const void *tok_const;    // threads < 2 BM: a token's scale (even t) or sum (odd t)
+    int64_t code_step, scale_step, q8_chunk_stride;
+    bool code_ok, scale_ok, tok_ok, q8_ok[kQ8Chunks > 0 ? kQ8Chunks : 1];
+
+    __device__ group_loader(const pq2_gemm_problem &p, int64_t rb, int64_t tb, int64_t g0)
+    {
+        const int t = threadIdx.x;
+        const int64_t groups = p.k >> 7;
+        const int64_t tile_rows = 16 * (int64_t)p.rt;
+        const int64_t padded = (p.n + tile_rows - 1) / tile_rows * tile_rows;  // rows stored
+        code_step = (int64_t)p.rt * 512, scale_step = (int64_t)p.rt * 16;
+        {
+            const int sub = t >> 5, chunk = t & 31;
+            const int64_t row = rb * kRows + 16 * sub, tile = row / tile_rows,
+                          r = (row % tile_rows) / 16;
+            code_ok = row < padded;
+            codes = p.codes + (((tile * groups + g0) * p.rt + r) * 512 + chunk * 16);
+        }
+        {
+            const int sub = (t >> 1) & (kSubtiles - 1), half = t & 1;
+            const int64_t row = rb * kRows + 16 * sub, tile = row / tile_rows,
+                          r = (row % tile_rows) / 16;
+            scale_ok = t < 2 * kSubtiles && row < padded;
+            wscales = p.wscales + (((tile * groups + g0) * p.rt + r) * 16 + half * 8);
+        }
+        const int64_t tok = tb * BM + (t >> 3);
+        q8 = p.q8 + (tok * p.k + g0 * 128 + (t & 7) * 16);
+        q8_chunk_stride = (kThreads / 8) * p.k;
+#pragma unroll
+        for (int i = 0; i < kQ8Chunks; ++i) q8_ok[i] = tok + i * (kThreads / 8) < p.m;
+        const int64_t ct = tb * BM + (t >> 1);
+        tok_ok = t < 2 * BM && ct < p.m;
+        tok_const = (t & 1) ? (const void *)(p.sums + ct * groups + g0)
+                            : (const void *)(p.xs + ct * groups + g0);
+    }
+
+    // The next group's copies into st.
+    __device__ __forceinline__ void issue(stage<BM> &st, const pq2_gemm_problem &p)
+    {
+        const int t = threadIdx.x;
+        cp_async16(&st.codes[t >> 5][(t & 31) * 16], code_ok ? codes : p.codes, code_ok);
+        if (t < 2 * kSubtiles)
+            cp_async16(&st.wscales[t >> 1][(t & 1) * 8], scale_ok ? wscales : p.wscales, scale_ok);
+#pragma unroll
+        for (int i = 0; i < kQ8Chunks; ++i)
+            cp_async16(&st.q8[(t >> 3) + i * (kThreads / 8)][(t & 7) * 16],
+                       q8_ok[i] ? q8 + i * q8_chunk_stride : p.q8, q8_ok[i]);
+        if (t < 2 * BM) {
+            void *dst = (t & 1) ? (void *)&st.sums[t >> 1] : (void *)&st.xs[t >> 1];
+            cp_async4(dst, tok_ok ? tok_const : (const void *)p.xs, tok_ok);
+        }
+        codes += code_step, wscales += scale_step, q8 += 128;
+        tok_const = static_cast<const uint32_t *>(tok_const) + 1;
+    }
+};
 
 // The warp's share of one group: 2 sub-tiles x NT8 token octets into acc.
 template <int BM>
@@ -126,7 +187,7 @@ __global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const pq2_gemm_proble
     // The activations are the previous kernel's output (the quantiser or the caller's producer).
     pq2_pdl_handoff();
 
-    group_loader<stage<BM>> loader(p, rb, tb, g0);
+    group_loader<BM> loader(p, rb, tb, g0);
 #pragma unroll
     for (int s = 0; s < STAGES - 1; ++s) {
         if (g0 + s < g1) loader.issue(stages[s], p);

@@ -54,7 +54,6 @@ template <int BN> struct wg_quad {
 
 // Shared memory of one pipeline stage (one group); 1024-aligned for the swizzle atoms.
 template <int BN> struct alignas(1024) wg_stage {
-    static constexpr int kTokens = BN;
     uint8_t q8[BN * 128];
     uint8_t codes[kSubtiles][512];
     uint16_t wscales[kSubtiles][16];
