@@ -137,7 +137,19 @@ def contents(gf: GGUFFile, check_bytes: bool = True) -> Contents:
     rest = iter(
         Entry(t.name, t, infos[t.name], infos[t.name]) for t in gf.tensors if t.name not in fused
     )
-    return Contents([e if e is not None else next(rest) for e in slots], fused)
+    entries = [e if e is not None else next(rest) for e in slots]
+    # The order the positions imply for this file: a fused tensor where its first member stood.
+    implied: list[str] = []
+    for e in entries:
+        stored = e.fused if e.fused is not None else e.name
+        if stored not in implied[-1:] and (e.fused is None or stored not in implied):
+            implied.append(stored)
+    if implied != [t.name for t in gf.tensors]:
+        raise FormatError(
+            f"{gf.path}: the fused tensors' member positions do not match the file's tensor "
+            f"order (a fused tensor stands where its first member stood)"
+        )
+    return Contents(entries, fused)
 
 
 # ---- which siblings --fuse writes as one tensor ---------------------------------------------

@@ -187,9 +187,11 @@ def fused_members(kv: KeyValues, name: str, info: WeightInfo | None) -> tuple[Me
     bad = next((n for n in names if not n or not n.isprintable()), None)
     if bad is not None:
         raise FormatError(f"{where}: member name {bad!r} is not a tensor name")
-    if len(set(names)) != len(names):
-        twice = next(n for n in names if names.count(n) > 1)
-        raise FormatError(f"{where}: member '{twice}' is named twice")
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise FormatError(f"{where}: member '{n}' is named twice")
+        seen.add(n)
     tr = layouts.tile_rows(info.layout, info.rt)
     end = 0
     for member, row0, n in zip(names, offsets, rows, strict=True):

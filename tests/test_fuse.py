@@ -400,6 +400,10 @@ BAD = {
         {_key("member_positions"): _u64([16, 17, 28])},
         "has position 28; the original file had 28 tensors",
     ),
+    "positions-out-of-order": (  # free positions, but not where the fused tensor stands
+        {_key("member_positions"): _u64([0, 1, 4])},
+        "member positions do not match the file's tensor order",
+    ),
     "no-such-tensor": (
         {_key("members", "blk.1.nothing.weight"): _names(list(ATTN))},
         f"{_key('members', 'blk.1.nothing.weight')} describes a fused tensor "
