@@ -210,6 +210,15 @@ extern "C" PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, in
     int64_t blocks;
     PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, cfg_in, &v, &cfg, &blocks));
     *bytes = plan_workspace(v, m, cfg, blocks).total;
+    if (!cfg_in && cfg.family == PQ2_FAMILY_GEMM_SM90) {
+        // pq2_matmul_q8_cuda may fall back to the portable family (an operand whose scales or
+        // sums are not 16-byte aligned): the workspace serves both.
+        pq2_device dev;
+        PQ2_CHECK(pq2_device_get(fn, &dev));
+        const pq2_matmul_config portable = pq2_select_config(v, m, dev.sms, 0);
+        const size_t other = plan_workspace(v, m, portable, pq2_gemm_grid(portable, v.n, m)).total;
+        if (other > *bytes) *bytes = other;
+    }
     return pq2_ok();
 }
 

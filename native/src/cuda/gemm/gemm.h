@@ -35,14 +35,14 @@ inline bool pq2_gemm_sm90_runs(int cc)
     return cc == 90 && pq2_gemm_sm90_built();
 }
 
-// The sm_90a kernels copy the token scales and sums by TMA in rows of 4 groups (16 bytes): they
-// serve k a multiple of 4 * 128.
-constexpr int64_t kGemmSm90KMultiple = 512;
+// The sm_90a kernels copy the token scales and sums in rows of 4 groups (16 bytes): they serve
+// k a multiple of 4 * 128; their TMA coordinates are 32-bit: k below 2^31.
+constexpr int64_t kGemmSm90KMultiple = 512, kGemmSm90KLimit = (int64_t)1 << 31;
 
 // Whether PQ2_FAMILY_GEMM_SM90 serves weights of k columns on a device of compute capability cc.
 inline bool pq2_gemm_sm90_serves(int cc, int64_t k)
 {
-    return pq2_gemm_sm90_runs(cc) && k % kGemmSm90KMultiple == 0;
+    return pq2_gemm_sm90_runs(cc) && k % kGemmSm90KMultiple == 0 && k < kGemmSm90KLimit;
 }
 
 // PQ2_OK when cfg is a valid GEMM configuration for this layout that the device can run.

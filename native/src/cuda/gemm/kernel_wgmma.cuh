@@ -201,7 +201,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
         reinterpret_cast<wg_stage<BN> *>(smem_raw + (((raw + 1023) & ~1023u) - raw));
     wg_quad<BN> *quads = reinterpret_cast<wg_quad<BN> *>(stages + STAGES);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // 32-bit group indices (k < 2^38): the loops' branches stay uniform.
+    // 32-bit group indices (k < 2^31, gemm.h): the loops' branches stay uniform.
     const int groups = (int)(p.k >> 7), split = (int)blockIdx.z;
     const int g0 = split * groups / p.splits, g1 = (split + 1) * groups / p.splits;
     if (threadIdx.x == 0) {

@@ -147,8 +147,9 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
         if (!pq2_gemm_sm90_serves(cc, k))
             return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                                  "%s: config family PQ2_FAMILY_GEMM_SM90 needs k a multiple of "
-                                 "%lld (k=%lld); PQ2_FAMILY_GEMM serves any k",
-                                 fn, (long long)kGemmSm90KMultiple, (long long)k);
+                                 "%lld below %lld (k=%lld); PQ2_FAMILY_GEMM serves any k",
+                                 fn, (long long)kGemmSm90KMultiple, (long long)kGemmSm90KLimit,
+                                 (long long)k);
         if (cfg.tokens != 64 && cfg.tokens != 96 && cfg.tokens != 128)
             return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                                  "%s: GEMM_SM90 config tokens=%d is not 64, 96 or 128", fn,
@@ -219,9 +220,9 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder()
 }
 
 // One TMA map: `rank` dimensions (dims[0] contiguous), the byte strides of dims 1.., a box.
-pq2_status encode_map(const char *fn, CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
-                      const void *base, const cuuint64_t *dims, const cuuint64_t *strides,
-                      const cuuint32_t *box, CUtensorMapSwizzle swizzle)
+pq2_status encode_map(const char *fn, const char *what, CUtensorMap *map, CUtensorMapDataType type,
+                      cuuint32_t rank, const void *base, const cuuint64_t *dims,
+                      const cuuint64_t *strides, const cuuint32_t *box, CUtensorMapSwizzle swizzle)
 {
     const PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
     if (!encode)
@@ -235,8 +236,11 @@ pq2_status encode_map(const char *fn, CUtensorMap *map, CUtensorMapDataType type
                CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
     if (r != CUDA_SUCCESS)
-        return pq2_set_error(PQ2_ERR_CUDA, "%s: cuTensorMapEncodeTiled failed (CUresult %d)", fn,
-                             (int)r);
+        return pq2_set_error(PQ2_ERR_CUDA,
+                             "%s: cuTensorMapEncodeTiled failed for the %s map (CUresult %d; "
+                             "dims %llu x %llu, base %p)",
+                             fn, what, (int)r, (unsigned long long)dims[0],
+                             (unsigned long long)dims[1], base);
     return PQ2_OK;
 }
 
@@ -251,21 +255,21 @@ pq2_status make_maps(const char *fn, const pq2_gemm_problem &p, int tokens, pq2_
     {
         const cuuint64_t dims[2] = {(cuuint64_t)p.k, (cuuint64_t)p.m}, strides[1] = {dims[0]};
         const cuuint32_t box[2] = {128, (cuuint32_t)tokens};
-        PQ2_CHECK(encode_map(fn, &m->q8, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, p.q8, dims, strides, box,
-                             CU_TENSOR_MAP_SWIZZLE_128B));
+        PQ2_CHECK(encode_map(fn, "activations", &m->q8, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, p.q8,
+                             dims, strides, box, CU_TENSOR_MAP_SWIZZLE_128B));
     }
     {
         const cuuint64_t dims[4] = {128, rt, groups, tiles};
         const cuuint64_t strides[3] = {512, rt * 512, groups * rt * 512};
         const cuuint32_t box[4] = {128, (cuuint32_t)rt, 1, block_tiles};
-        PQ2_CHECK(encode_map(fn, &m->codes, CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, p.codes, dims,
-                             strides, box, CU_TENSOR_MAP_SWIZZLE_NONE));
+        PQ2_CHECK(encode_map(fn, "codes", &m->codes, CU_TENSOR_MAP_DATA_TYPE_UINT32, 4, p.codes,
+                             dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE));
     }
     const cuuint64_t dims[4] = {16, rt, groups, tiles};
     const cuuint64_t strides[3] = {32, rt * 32, groups * rt * 32};
     const cuuint32_t box[4] = {16, (cuuint32_t)rt, 1, block_tiles};
-    return encode_map(fn, &m->scales, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, p.wscales, dims, strides,
-                      box, CU_TENSOR_MAP_SWIZZLE_NONE);
+    return encode_map(fn, "weight scales", &m->scales, CU_TENSOR_MAP_DATA_TYPE_UINT16, 4, p.wscales,
+                      dims, strides, box, CU_TENSOR_MAP_SWIZZLE_NONE);
 }
 
 }  // namespace
