@@ -5,6 +5,7 @@ pytest's importlib mode keeps tests/ and the source tree off sys.path.
 """
 
 import errno
+import functools
 import importlib.util
 import os
 import struct
@@ -15,11 +16,66 @@ import numpy as np
 import pytest
 
 import pyq2
-from pyq2 import formats, gguf_io, layouts, reference
+from pyq2 import _native, formats, gguf_io, layouts, reference
 from pyq2.demo import write_demo_model
 from pyq2.rotation import Rotation
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# ---- the GPU --------------------------------------------------------------------------------
+
+
+def optional_torch():
+    """torch, or None where it is not installed."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+@functools.cache
+def gpu_ready() -> bool:
+    """torch with CUDA, a GPU and a loadable libpq2 built with CUDA."""
+    torch = optional_torch()
+    return (
+        torch is not None
+        and torch.cuda.is_available()
+        and _native.available()
+        and bool(_native.load()[1].pq2_built_with_cuda())
+    )
+
+
+needs_gpu = pytest.mark.skipif(
+    not gpu_ready(), reason="needs torch with CUDA, a GPU and a CUDA build of libpq2"
+)
+
+
+def gpu_module():
+    """At the top of a GPU test module: torch, or the module skipped without torch, a CUDA
+    device or a libpq2 built with CUDA (a libpq2 that does not load is an error here)."""
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device", allow_module_level=True)
+    if not _native.load()[1].pq2_built_with_cuda():
+        pytest.skip("libpq2 built without CUDA", allow_module_level=True)
+    return torch
+
+
+def graph_capture(step, static):
+    """(graph, outputs) of step(*static) captured in a CUDA graph, after one run on a side stream
+    (pq2_cuda_init and the allocator's first allocations stay out of the capture)."""
+    torch = optional_torch()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        step(*static)
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = step(*static)
+    return g, outs
+
 
 # ---- subprocesses -------------------------------------------------------------------------
 

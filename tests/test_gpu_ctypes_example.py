@@ -19,7 +19,7 @@ import pytest
 
 from pyq2 import _native, formats, host, reference
 
-from .conftest import FOLD_TOL, import_ctypes_example, keyed_rng
+from .conftest import FOLD_TOL, import_ctypes_example, keyed_rng, needs_gpu
 
 if not _native.available() and not os.environ.get("PYQ2_REQUIRE_NATIVE"):
     pytest.skip(
@@ -50,17 +50,6 @@ def c_name(t) -> str:
         return c_name(t._type_) + " *"
     assert issubclass(t, ctypes.Structure), t
     return t.__name__
-
-
-def gpu_ready() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available() and bool(lib.pq2_built_with_cuda())
-
-
-needs_gpu = pytest.mark.skipif(not gpu_ready(), reason="needs torch with CUDA, a GPU, a CUDA build")
 
 
 # ---- no GPU ---------------------------------------------------------------------------------

@@ -30,9 +30,9 @@ cannot pass.
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+from .conftest import gpu_module
+
+torch = gpu_module()
 
 from pyq2 import _native, layouts, reference  # noqa: E402
 from pyq2 import gpu as pgpu  # noqa: E402
@@ -44,13 +44,11 @@ from .conftest import (  # noqa: E402
     ROW_TOL,
     assert_matches_unfolded,
     f64,
+    graph_capture,
     import_ctypes_example,
     keyed_rng,
     stage_activation,
 )
-
-if not _native.load()[1].pq2_built_with_cuda():
-    pytest.skip("libpq2 built without CUDA", allow_module_level=True)
 
 pytestmark = pytest.mark.gpu
 
@@ -247,14 +245,7 @@ def test_torch_step_in_a_cuda_graph_gives_the_eager_bits(ops, model, m):
     step, layers = torch_step(ops, model)
     ids, mixer = step_inputs(model, layers, m, "graph")
     static = [ids, *mixer]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up (pq2_cuda_init, the allocator) off the capture
-        step(*static)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        outs = step(*static)
+    g, outs = graph_capture(step, static)
     for trial in range(2):
         new_ids, new_mixer = step_inputs(model, layers, m, "graph", trial)
         for s, v in zip(static, [new_ids, *new_mixer], strict=True):

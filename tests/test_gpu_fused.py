@@ -5,11 +5,10 @@ member still answers by its own name."""
 
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+from .conftest import gpu_module
 
-from pyq2 import _native  # noqa: E402
+torch = gpu_module()
+
 from pyq2.demo import write_demo_model  # noqa: E402
 from pyq2.errors import FormatError  # noqa: E402
 from pyq2.model import load  # noqa: E402
@@ -17,9 +16,6 @@ from pyq2.repack import repack  # noqa: E402
 from pyq2.step import DecodeStep, concat_rows  # noqa: E402
 
 from .test_fuse import ATTN, BAD, with_keys  # noqa: E402
-
-if not _native.load()[1].pq2_built_with_cuda():
-    pytest.skip("libpq2 built without CUDA", allow_module_level=True)
 
 pytestmark = pytest.mark.gpu
 

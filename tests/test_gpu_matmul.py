@@ -18,9 +18,9 @@ import zlib
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+from .conftest import gpu_module
+
+torch = gpu_module()
 
 from pyq2 import _native, host, reference  # noqa: E402
 from pyq2.errors import Pq2Error  # noqa: E402
@@ -35,8 +35,6 @@ from pyq2.gpu import (  # noqa: E402
 )
 
 _ffi, _lib = _native.load()
-if not _lib.pq2_built_with_cuda():
-    pytest.skip("libpq2 built without CUDA", allow_module_level=True)
 
 pytestmark = pytest.mark.gpu
 TUNING_BUILD = bool(_lib.pq2_built_with_tuning_kernels())

@@ -16,11 +16,11 @@ import gc
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+from .conftest import gpu_module
 
-from pyq2 import _native, gguf_io, reference  # noqa: E402
+torch = gpu_module()
+
+from pyq2 import gguf_io, reference  # noqa: E402
 from pyq2.errors import FormatError  # noqa: E402
 from pyq2.model import load, synthetic  # noqa: E402
 from pyq2.repack import repack  # noqa: E402
@@ -33,9 +33,6 @@ from .conftest import (  # noqa: E402
     f64,
     stage_activation,
 )
-
-if not _native.load()[1].pq2_built_with_cuda():
-    pytest.skip("libpq2 built without CUDA", allow_module_level=True)
 
 pytestmark = pytest.mark.gpu
 

@@ -17,9 +17,9 @@ import zlib
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
-if not torch.cuda.is_available():
-    pytest.skip("no CUDA device", allow_module_level=True)
+from .conftest import gpu_module
+
+torch = gpu_module()
 
 from pyq2 import _native, formats, gguf_io, reference  # noqa: E402
 from pyq2.errors import Pq2Error  # noqa: E402
@@ -36,8 +36,6 @@ from pyq2.gpu import (  # noqa: E402
 from pyq2.rotation import Rotation  # noqa: E402
 
 _ffi, _lib = _native.load()
-if not _lib.pq2_built_with_cuda():
-    pytest.skip("libpq2 built without CUDA", allow_module_level=True)
 
 pytestmark = pytest.mark.gpu
 

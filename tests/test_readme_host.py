@@ -22,30 +22,19 @@ import re
 import numpy as np
 import pytest
 
-from pyq2 import _native, gguf_io
+from pyq2 import gguf_io
 
 from .conftest import (
     CTYPES_EXAMPLE,
     ROOT,
     assert_matches_unfolded,
     keyed_rng,
+    needs_gpu,
+    optional_torch,
     stage_activation,
 )
 
-try:
-    import torch
-except ImportError:
-    torch = None
-
-HAVE_GPU = (
-    torch is not None
-    and torch.cuda.is_available()
-    and _native.available()
-    and bool(_native.load()[1].pq2_built_with_cuda())
-)
-needs_gpu = pytest.mark.skipif(
-    not HAVE_GPU, reason="needs torch with CUDA, a GPU and a CUDA build of libpq2"
-)
+torch = optional_torch()
 
 SECTION = "## Use it from a host"
 MODEL_PATH = '"Ternary-Bonsai-2-27B.gguf"'  # the DecodeStep block's file, replaced by the demo's

@@ -22,23 +22,10 @@ import pytest
 
 from pyq2 import _native
 
-from .conftest import random_pq2, subprocess_env
+from .conftest import graph_capture, needs_gpu, optional_torch, random_pq2, subprocess_env
 
-try:
-    import torch
-except ImportError:
-    torch = None
-
-HAVE_GPU = (
-    torch is not None
-    and torch.cuda.is_available()
-    and _native.available()
-    and bool(_native.load()[1].pq2_built_with_cuda())
-)
+torch = optional_torch()
 needs_torch = pytest.mark.skipif(torch is None, reason="needs torch")
-needs_gpu = pytest.mark.skipif(
-    not HAVE_GPU, reason="needs torch with CUDA, a GPU and a CUDA build of libpq2"
-)
 
 MS = [1, 5, 40]  # a bit-slice row, a row-block batch, a GEMM batch
 N, K, BLOCK = 300, 1024, 256  # N not a whole number of tiles; K of 8 groups, 4 rotation blocks
@@ -385,14 +372,7 @@ def test_cuda_graph_replay_gives_the_eager_bits(ops, m):
         return (lin(x), plain(x), *chain(x, res, nw))
 
     static = [randn(m, K, dtype="bfloat16"), randn(m, K, dtype="bfloat16", key=1), randn(K)]
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up (pq2_cuda_init, the allocator) off the capture
-        step(*static)
-    torch.cuda.current_stream().wait_stream(side)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        outs = step(*static)
+    g, outs = graph_capture(step, static)
     for trial in range(2):
         new = [randn(m, K, dtype="bfloat16", key=("new", trial)), randn(m, K, dtype="bfloat16")]
         new.append(randn(K, key=("nw", trial)))
