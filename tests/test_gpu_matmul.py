@@ -648,19 +648,19 @@ def test_gemm_model_shapes(name):
         check_matmul(MODEL_SHAPES[name], m, dtype_for(m), "tiles", 2, seed=m)
 
 
-def test_gemm_explicit_configs_and_determinism():
-    """Every compiled GEMM kernel (tokens x stages), with and without split groups (16 splits of
-    41 groups: splits of 2 and 3), on a poisoned workspace, twice: bit-identical; the q8 entry
-    point gives the same bits."""
-    shape, m = (1000, 5248), 100
+def check_explicit_configs(shape, family, tokens_list, stages_list, splits_list, same_as=None):
+    """Every configuration of a GEMM family over the lists, at m = 100 on a poisoned workspace,
+    twice: within the reference's tolerance and bit-identical; the q8 entry point gives the same
+    bits, and so does same_as(tokens, splits), a configuration to compare with (or None)."""
+    m = 100
     codes, scales, w = weights(shape, "random", "tiles", 2)
     x = activations(m, shape[1], "normal", torch.float32, 7)
     xq = quantize_q8(x)
     ref = q8_reference(codes, scales, *xq)
-    for tokens in (32, 64, 128):
-        for stages in (2, 3, 4):
-            for splits in (0, 3, 16):
-                cfg = gemm_config(tokens, stages, splits)
+    for tokens in tokens_list:
+        for stages in stages_list:
+            for splits in splits_list:
+                cfg = gemm_config(tokens, stages, splits, family)
                 work = w.workspace(m, cfg)
                 ys = []
                 for _ in range(2):
@@ -673,47 +673,35 @@ def test_gemm_explicit_configs_and_determinism():
                 what = f"tokens={tokens} stages={stages} splits={splits}"
                 assert rel_rms(ys[0], ref) <= Y_TOL[torch.float32], what
                 assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], yq), what
+                other = same_as(tokens, splits) if same_as else None
+                if other is not None:
+                    assert torch.equal(ys[0], w.matmul(x, cfg=other)), what
 
 
-def sm90_device() -> bool:
-    return torch.cuda.get_device_capability() == (9, 0)
+def test_gemm_explicit_configs_and_determinism():
+    """Every compiled GEMM kernel (tokens x stages), with and without split groups (16 splits of
+    41 groups: splits of 2 and 3)."""
+    check_explicit_configs((1000, 5248), FAMILY_GEMM, (32, 64, 128), (2, 3, 4), (0, 3, 16))
 
 
 needs_sm90 = pytest.mark.skipif(
-    not torch.cuda.is_available() or not sm90_device(), reason="the sm_90a GEMM needs a 9.0 GPU"
+    torch.cuda.get_device_capability() != (9, 0), reason="the sm_90a GEMM needs a 9.0 GPU"
 )
 
 
 @needs_sm90
 def test_gemm_sm90_explicit_configs_bit_identical_to_portable():
-    """Every compiled sm_90a GEMM kernel (tokens x stages), with and without split groups, on a
-    poisoned workspace: within the reference's tolerance, deterministic, the q8 entry point gives
-    the same bits, and at tokens 64 the bits of the portable kernel of the same tile and splits
-    (the same integer products, promoted in the same order)."""
-    shape, m = (1000, 5120), 100
-    codes, scales, w = weights(shape, "random", "tiles", 2)
-    x = activations(m, shape[1], "normal", torch.float32, 7)
-    xq = quantize_q8(x)
-    ref = q8_reference(codes, scales, *xq)
-    for tokens in (64, 96, 128):
-        for stages in (3, 4, 5, 6):
-            for splits in (1, 3, 16):
-                cfg = gemm_config(tokens, stages, splits, FAMILY_GEMM_SM90)
-                work = w.workspace(m, cfg)
-                ys = []
-                for _ in range(2):
-                    work.fill_(0xAB)
-                    y = torch.full((m, shape[0]), float("nan"), device="cuda")
-                    ys.append(w.matmul(x, out=y, workspace=work, cfg=cfg))
-                work.fill_(0xAB)
-                yq = w.matmul_q8(xq, torch.full_like(ys[0], float("nan")), work, cfg)
-                torch.cuda.synchronize()
-                what = f"tokens={tokens} stages={stages} splits={splits}"
-                assert rel_rms(ys[0], ref) <= Y_TOL[torch.float32], what
-                assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], yq), what
-                if tokens == 64:
-                    yp = w.matmul(x, cfg=gemm_config(64, 4, splits))
-                    assert torch.equal(ys[0], yp), what
+    """Every compiled sm_90a GEMM kernel (tokens x stages), with and without split groups; at
+    tokens 64 the bits of the portable kernel of the same tile and splits (the same integer
+    products, promoted in the same order)."""
+    check_explicit_configs(
+        (1000, 5120),
+        FAMILY_GEMM_SM90,
+        (64, 96, 128),
+        (3, 4, 5, 6),
+        (1, 3, 16),
+        same_as=lambda tokens, splits: gemm_config(64, 4, splits) if tokens == 64 else None,
+    )
 
 
 @needs_sm90
