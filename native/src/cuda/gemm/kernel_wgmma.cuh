@@ -107,14 +107,14 @@ __device__ __forceinline__ void promote(const wg_stage<BN> &st, const wg_quad<BN
     for (int j = 0; j < BN / 8; ++j) {
         const int tok = 8 * j + 2 * tq;
         const float2 xs = make_float2(qd.xs[tok][col], qd.xs[tok + 1][col]);
-        const float c0 = __int_as_float(qd.sums[tok][col] * 64 + 0x4B400000);
-        const float c1 = __int_as_float(qd.sums[tok + 1][col] * 64 + 0x4B400000);
+        const float c0 = biased_float(qd.sums[tok][col] * 64);
+        const float c1 = biased_float(qd.sums[tok + 1][col] * 64);
         float *a = &acc[4 * j];
         const int *q = &d[4 * j];
-        a[0] = fmaf(__int_as_float(q[0] + 0x4B400000) - c0, w0 * xs.x, a[0]);
-        a[1] = fmaf(__int_as_float(q[1] + 0x4B400000) - c1, w0 * xs.y, a[1]);
-        a[2] = fmaf(__int_as_float(q[2] + 0x4B400000) - c0, w1 * xs.x, a[2]);
-        a[3] = fmaf(__int_as_float(q[3] + 0x4B400000) - c1, w1 * xs.y, a[3]);
+        a[0] = fmaf(biased_float(q[0]) - c0, w0 * xs.x, a[0]);
+        a[1] = fmaf(biased_float(q[1]) - c1, w0 * xs.y, a[1]);
+        a[2] = fmaf(biased_float(q[2]) - c0, w1 * xs.x, a[2]);
+        a[3] = fmaf(biased_float(q[3]) - c1, w1 * xs.y, a[3]);
     }
 }
 
