@@ -107,6 +107,16 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
     return PQ2_OK;
 }
 
+// The configuration the dispatcher gives where its sm_90a choice cannot run (a Q8 operand whose
+// scales or sums are not 16-byte aligned): the table as on a device without the sm_90a family.
+pq2_status portable_fallback(const char *fn, const pq2_view &v, int64_t m, pq2_matmul_config *cfg)
+{
+    pq2_device dev;
+    PQ2_CHECK(pq2_device_get(fn, &dev));
+    *cfg = pq2_select_config(v, m, dev.sms, 0);
+    return PQ2_OK;
+}
+
 pq2_status check_workspace(const char *fn, void *workspace, size_t bytes, size_t need)
 {
     if (need > 0 && workspace == nullptr)
@@ -213,9 +223,8 @@ extern "C" PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, in
     if (!cfg_in && cfg.family == PQ2_FAMILY_GEMM_SM90) {
         // pq2_matmul_q8_cuda may fall back to the portable family (an operand whose scales or
         // sums are not 16-byte aligned): the workspace serves both.
-        pq2_device dev;
-        PQ2_CHECK(pq2_device_get(fn, &dev));
-        const pq2_matmul_config portable = pq2_select_config(v, m, dev.sms, 0);
+        pq2_matmul_config portable;
+        PQ2_CHECK(portable_fallback(fn, v, m, &portable));
         const size_t other = plan_workspace(v, m, portable, pq2_gemm_grid(portable, v.n, m)).total;
         if (other > *bytes) *bytes = other;
     }
@@ -299,9 +308,8 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const pq2
                                  "%s: x->scales %p and x->sums %p must be 16-byte aligned for "
                                  "PQ2_FAMILY_GEMM_SM90",
                                  fn, (const void *)in.scales, (const void *)in.sums);
-        pq2_device dev;
-        PQ2_CHECK(pq2_device_get(fn, &dev));
-        const pq2_matmul_config portable = pq2_select_config(c.v, m, dev.sms, 0);
+        pq2_matmul_config portable;
+        PQ2_CHECK(portable_fallback(fn, c.v, m, &portable));
         PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, &portable, workspace, workspace_bytes, &c));
     }
     cudaStream_t s = static_cast<cudaStream_t>(stream);

@@ -1,6 +1,6 @@
-// launch.cu - the GEMM families' host side (gemm.h): their compiled kernels (portable: tokens
-// 32, 64, 128 x pipeline depth 2..4; sm_90a: tokens 64, 96, 128 x depth 3..6), configuration
-// checks, grid, workspace, the sm_90a kernels' tensor map, launch.
+// launch.cu - the GEMM families' host side (gemm.h): their compiled kernels (kPortable, kSm90:
+// token tiles x pipeline depths), configuration checks, grid, workspace, the sm_90a kernels'
+// tensor maps, launch.
 #include <cudaTypedefs.h>
 
 #include "gemm/kernel_mma.cuh"
@@ -73,6 +73,27 @@ size_t smem_bytes(const pq2_matmul_config &cfg)
     }
 }
 
+// The configurations a family compiles: its token tiles and pipeline depths.
+struct gemm_space {
+    int32_t family;
+    const char *name;
+    int tokens[3];
+    int min_stages, max_stages;
+};
+constexpr gemm_space kPortable = {PQ2_FAMILY_GEMM, "GEMM", {32, 64, 128}, 2, 4};
+constexpr gemm_space kSm90 = {PQ2_FAMILY_GEMM_SM90, "GEMM_SM90", {64, 96, 128}, 3, 6};
+
+const gemm_space &space_of(const pq2_matmul_config &cfg)
+{
+    return is_sm90(cfg) ? kSm90 : kPortable;
+}
+
+const void *kernel_of(const pq2_matmul_config &cfg)
+{
+    return is_sm90(cfg) ? reinterpret_cast<const void *>(find_wgmma_kernel(cfg))
+                        : reinterpret_cast<const void *>(find_kernel(cfg));
+}
+
 int64_t row_blocks(int64_t n)
 {
     return (n + pq2_gemm::kRows - 1) / pq2_gemm::kRows;
@@ -90,26 +111,19 @@ int32_t splits_of(const pq2_matmul_config &cfg)
 
 pq2_status pq2_gemm_init_device(const char *fn, int cc, int max_smem_optin)
 {
-    pq2_matmul_config c = {};
-    c.family = PQ2_FAMILY_GEMM;
-    for (int tokens : {32, 64, 128})
-        for (int stages = 2; stages <= 4; ++stages) {
-            c.tokens = tokens, c.stages = stages;
-            if (smem_bytes(c) <= (size_t)max_smem_optin)
-                PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(find_kernel(c),
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      (int)smem_bytes(c)));
-        }
-    if (!pq2_gemm_sm90_runs(cc)) return PQ2_OK;
-    c.family = PQ2_FAMILY_GEMM_SM90;
-    for (int tokens : {64, 96, 128})
-        for (int stages = 3; stages <= 6; ++stages) {
-            c.tokens = tokens, c.stages = stages;
-            if (smem_bytes(c) <= (size_t)max_smem_optin)
-                PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(find_wgmma_kernel(c),
-                                                      cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                      (int)smem_bytes(c)));
-        }
+    for (const gemm_space *space : {&kPortable, &kSm90}) {
+        if (space == &kSm90 && !pq2_gemm_sm90_runs(cc)) continue;
+        pq2_matmul_config c = {};
+        c.family = space->family;
+        for (int tokens : space->tokens)
+            for (int stages = space->min_stages; stages <= space->max_stages; ++stages) {
+                c.tokens = tokens, c.stages = stages;
+                if (smem_bytes(c) <= (size_t)max_smem_optin)
+                    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(
+                                         kernel_of(c), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         (int)smem_bytes(c)));
+            }
+    }
     return PQ2_OK;
 }
 
@@ -150,23 +164,16 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
                                  "%lld below %lld (k=%lld); PQ2_FAMILY_GEMM serves any k",
                                  fn, (long long)kGemmSm90KMultiple, (long long)kGemmSm90KLimit,
                                  (long long)k);
-        if (cfg.tokens != 64 && cfg.tokens != 96 && cfg.tokens != 128)
-            return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                                 "%s: GEMM_SM90 config tokens=%d is not 64, 96 or 128", fn,
-                                 (int)cfg.tokens);
-        if (cfg.stages < 3 || cfg.stages > 6)
-            return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                                 "%s: GEMM_SM90 config stages=%d is not in 3..6", fn,
-                                 (int)cfg.stages);
-    } else {
-        if (cfg.tokens != 32 && cfg.tokens != 64 && cfg.tokens != 128)
-            return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                                 "%s: GEMM config tokens=%d is not 32, 64 or 128", fn,
-                                 (int)cfg.tokens);
-        if (cfg.stages < 2 || cfg.stages > 4)
-            return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                                 "%s: GEMM config stages=%d is not in 2..4", fn, (int)cfg.stages);
     }
+    const gemm_space &space = space_of(cfg);
+    if (cfg.tokens != space.tokens[0] && cfg.tokens != space.tokens[1] &&
+        cfg.tokens != space.tokens[2])
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: %s config tokens=%d is not %d, %d or %d", fn, space.name,
+                             (int)cfg.tokens, space.tokens[0], space.tokens[1], space.tokens[2]);
+    if (cfg.stages < space.min_stages || cfg.stages > space.max_stages)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: %s config stages=%d is not in %d..%d",
+                             fn, space.name, (int)cfg.stages, space.min_stages, space.max_stages);
     if (cfg.splits < 0 || cfg.splits > 16)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: GEMM config splits=%d is not in 0..16",
                              fn, (int)cfg.splits);
