@@ -114,6 +114,15 @@ def pick(cands):
     return min(near, key=lambda t: (t[0], t[1]))[1:]
 
 
+def picks(cands):
+    """The (us, cfg) entries to keep for one shape and M: the fastest, and when that is an sm_90a
+    configuration also the fastest of the other families, which serves where sm_90a does not run
+    (select.cu passes over sm_90a lines there)."""
+    best = pick(cands)
+    others = [(us, c) for us, c in cands if c[0] != GEMM_SM90]
+    return [best, pick(others)] if best[1][0] == GEMM_SM90 and others else [best]
+
+
 def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
     import torch  # the GPU side only: --from-json runs without it
     from bench_matmul import copies_for, resident, time_pq2
@@ -154,7 +163,8 @@ def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
                         }
                     )
                     cands.append((us, c))
-                best = pick(cands)
+                kept = picks(cands)
+                best = kept[0]
                 current = f"{time_pq2(ws, m, None, replays=replays):.1f} us"
                 gbs = pq2_bytes(n, k) / (best[0] * 1e-6) / 1e9
                 log(
@@ -162,7 +172,7 @@ def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
                     f"({gbs:5.0f} GB/s) {dict(zip(CONFIG_FIELDS, best[1], strict=True))}  "
                     f"(table now {current})"
                 )
-                entries.append((layout, m, n, k, layout_rt, best[1], best[0]))
+                entries += [(layout, m, n, k, layout_rt, c, us) for us, c in kept]
             del ws
             torch.cuda.empty_cache()
     return entries, rows
@@ -236,9 +246,8 @@ def entries_from_json(path):
         )
     entries = []
     for (name, layout, layout_rt, m), cands in groups.items():
-        us, c = pick(cands)
         n, k, _ = SHAPES[name]
-        entries.append((layout, m, n, k, layout_rt, c, us))
+        entries += [(layout, m, n, k, layout_rt, c, us) for us, c in picks(cands)]
     return entries, saved["env"]
 
 

@@ -184,18 +184,6 @@ __device__ __forceinline__ void mbar_arrive(uint64_t *bar)
 #endif
 }
 
-// The arrival that fires when this thread's earlier cp.async copies have landed (counted in
-// the barrier's init count).
-__device__ __forceinline__ void mbar_arrive_cp_async(uint64_t *bar)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_u32(bar))
-                 : "memory");
-#else
-    (void)bar;
-#endif
-}
-
 // The box of a 4-D tensor map at (x, y, z, w) into shared memory, completing its bytes on bar.
 __device__ __forceinline__ void tma_load_4d(uint64_t *bar, void *dst, const void *map, int x, int y,
                                             int z, int w)

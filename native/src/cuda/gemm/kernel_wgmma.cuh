@@ -1,9 +1,10 @@
 // kernel_wgmma.cuh - the Hopper GEMM kernel (sm_90a, wgmma): the same product and tile as
 // kernel_mma.cuh, with the MMAs issued asynchronously by warpgroups fed by a producer warp.
 //
-// A block is two consumer warpgroups and one producer warp (288 threads). Consumer warp w
-// (0..7) owns sub-tile w, so warpgroup h multiplies rows 64h..64h+63 of the block's 128 by all
-// BN tokens: per group, four wgmma m64nBNk32 (one per 32-wide plane). The weights are the
+// A block is two consumer warpgroups and one producer warp (288 threads); at 64 tokens two
+// blocks share an SM (launch bounds), so four warpgroups take turns on its tensor cores. Consumer
+// warp w (0..7) owns sub-tile w, so warpgroup h multiplies rows 64h..64h+63 of the block's 128 by
+// all BN tokens: per group, four wgmma m64nBNk32 (one per 32-wide plane). The weights are the
 // register operand A: a warp reads its sub-tile's code bytes from the staged tiles-layout block
 // with two 8-byte loads per lane, picked so that the fragment lines up with the activations'
 // plane order (the tiles layout serves decode and prefill alike), and expands the four planes to
@@ -12,14 +13,16 @@
 // with the 128-byte swizzle (each token's group is one row of a K-major tile).
 //
 // Pipeline: STAGES stages, each with a "full" and an "empty" mbarrier. The producer warp waits
-// for a stage to be empty, then copies a group into it: its first lane with three TMA copies
+// for a stage to be empty, then its first lane copies a group into it with three TMA copies
 // (wg_maps: the activations; the block's code bytes and weight scales, each one box of the
 // tiles layout's (sub-tile, rt, group, tile) order whatever the tile height, rows past the
-// stored ones arriving as zeros), and at every fourth group all its lanes the tokens' scales and
-// sums of four groups (16-byte cp.async per token: the kernel needs k/128 a multiple of 4) into
-// a ring of kQuads such blocks. The stage is full when all have landed. A consumer warp waits for
-// full, issues its wgmmas, waits for them, promotes, and marks the stage empty. The two
-// warpgroups run independently, so one's promotion overlaps the other's wgmmas.
+// stored ones arriving as zeros). At every fourth group all its lanes also store the tokens'
+// promotion constants of four groups (wg_quad: the scale and the biased 64 * sum, computed once
+// per token instead of once per consumer warp) into a ring of kQuads such blocks, from values
+// they loaded one quad earlier. The stage is full when the copies have landed and every lane
+// has arrived. A consumer warp waits for full, issues its wgmmas, waits for them, promotes, and
+// marks the stage empty. The two warpgroups run independently, so one's promotion overlaps the
+// other's wgmmas.
 //
 // Promotion: the int32 product 64 * dot(code, q) goes into the fp32 accumulator as
 // acc += (float(d) - 64 * sum(q)) * (d_w / 64) * d_x, where float(d) is the bits of
@@ -35,7 +38,7 @@ namespace pq2_gemm {
 
 constexpr int kWgThreads = kThreads + 32;  // two consumer warpgroups and the producer warp
 constexpr int kMaxStages = 6;
-// Token scalars come in quads of 4 groups; a ring of 3 quads is never refilled before the
+// Token constants come in quads of 4 groups; a ring of 3 quads is never refilled before the
 // consumers are past it (a quad is refilled 12 groups on, and the producer is at most
 // kMaxStages groups ahead of the slowest consumer).
 constexpr int kQuad = 4, kQuads = 3;
@@ -46,10 +49,10 @@ struct wg_maps {
     CUtensorMap q8, codes, scales;
 };
 
-// The tokens' scales and sums of 4 groups, by token.
-template <int BN> struct wg_quad {
-    float xs[BN][kQuad];
-    int32_t sums[BN][kQuad];
+// The tokens' promotion constants of 4 groups, by group then token: {d_x, biased 64 * sum}, so
+// that a consumer lane's two adjacent tokens are one 16-byte load.
+template <int BN> struct alignas(16) wg_quad {
+    float2 tc[kQuad][BN];
 };
 
 // Shared memory of one pipeline stage (one group); 1024-aligned for the swizzle atoms.
@@ -59,7 +62,7 @@ template <int BN> struct alignas(1024) wg_stage {
     uint16_t wscales[kSubtiles][16];
 };
 
-// Dynamic shared memory of the kernel: the stages, the token-scalar ring and the slack that
+// Dynamic shared memory of the kernel: the stages, the token-constant ring and the slack that
 // aligns the stages to 1024.
 template <int BN> constexpr size_t wg_smem_bytes(int stages)
 {
@@ -105,16 +108,14 @@ __device__ __forceinline__ void promote(const wg_stage<BN> &st, const wg_quad<BN
     const float w0 = wf.x * (1.0f / 64.0f), w1 = wf.y * (1.0f / 64.0f);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-        const int tok = 8 * j + 2 * tq;
-        const float2 xs = make_float2(qd.xs[tok][col], qd.xs[tok + 1][col]);
-        const float c0 = biased_float(qd.sums[tok][col] * 64);
-        const float c1 = biased_float(qd.sums[tok + 1][col] * 64);
+        // {d_x, c} of tokens 8j + 2tq and 8j + 2tq + 1
+        const float4 t = *reinterpret_cast<const float4 *>(&qd.tc[col][8 * j + 2 * tq]);
         float *a = &acc[4 * j];
         const int *q = &d[4 * j];
-        a[0] = fmaf(biased_float(q[0]) - c0, w0 * xs.x, a[0]);
-        a[1] = fmaf(biased_float(q[1]) - c1, w0 * xs.y, a[1]);
-        a[2] = fmaf(biased_float(q[2]) - c0, w1 * xs.x, a[2]);
-        a[3] = fmaf(biased_float(q[3]) - c1, w1 * xs.y, a[3]);
+        a[0] = fmaf(biased_float(q[0]) - t.y, w0 * t.x, a[0]);
+        a[1] = fmaf(biased_float(q[1]) - t.w, w0 * t.z, a[1]);
+        a[2] = fmaf(biased_float(q[2]) - t.y, w1 * t.x, a[2]);
+        a[3] = fmaf(biased_float(q[3]) - t.w, w1 * t.z, a[3]);
     }
 }
 
@@ -124,15 +125,55 @@ template <int N> __device__ __forceinline__ void pin_all(int (&d)[N])
     for (int i = 0; i < N; ++i) wgmma_pin(d[i]);
 }
 
+// A producer lane's share of one quad: the scales and sums of its tokens (lane, lane + 32, ...)
+// for 4 groups, loaded a quad before they are stored.
+template <int BN> struct wg_quad_values {
+    float4 xs[BN / 32];
+    int4 sums[BN / 32];
+};
+
+template <int BN>
+__device__ __forceinline__ void load_quad(const pq2_gemm_problem &p, int gq, int lane,
+                                          wg_quad_values<BN> &v)
+{
+    const int groups = (int)(p.k >> 7), tok0 = (int)blockIdx.y * BN;
+#pragma unroll
+    for (int i = 0; i < BN / 32; ++i) {
+        const int tok = tok0 + lane + 32 * i;
+        v.xs[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        v.sums[i] = make_int4(0, 0, 0, 0);
+        if (tok < p.m) {
+            const int64_t at = (int64_t)tok * groups + gq;
+            v.xs[i] = __ldg(reinterpret_cast<const float4 *>(p.xs + at));
+            v.sums[i] = __ldg(reinterpret_cast<const int4 *>(p.sums + at));
+        }
+    }
+}
+
+template <int BN>
+__device__ __forceinline__ void store_quad(wg_quad<BN> &qd, int lane, const wg_quad_values<BN> &v)
+{
+#pragma unroll
+    for (int i = 0; i < BN / 32; ++i) {
+        const int tok = lane + 32 * i;
+        qd.tc[0][tok] = make_float2(v.xs[i].x, biased_float(v.sums[i].x * 64));
+        qd.tc[1][tok] = make_float2(v.xs[i].y, biased_float(v.sums[i].y * 64));
+        qd.tc[2][tok] = make_float2(v.xs[i].z, biased_float(v.sums[i].z * 64));
+        qd.tc[3][tok] = make_float2(v.xs[i].w, biased_float(v.sums[i].w * 64));
+    }
+}
+
 // The producer warp: every group of [g0, g1) into its stage once the consumers have emptied it,
-// and at each group that starts a quad (or the first), the quad's token scalars.
+// and at each group that starts a quad (or the first), the quad's token constants.
 template <int BN, int STAGES>
 __device__ __forceinline__ void produce(const pq2_gemm_problem &p, const wg_maps *maps,
                                         wg_stage<BN> *stages, wg_quad<BN> *quads, uint64_t *full,
                                         uint64_t *empty, int g0, int g1, int lane)
 {
-    const int groups = (int)(p.k >> 7), tok0 = (int)blockIdx.y * BN;
+    const int tok0 = (int)blockIdx.y * BN;
     const int first_tile = (int)((int64_t)blockIdx.x * kRows / (16 * p.rt));
+    wg_quad_values<BN> v;
+    load_quad<BN>(p, g0 / kQuad * kQuad, lane, v);
     for (int g = g0, i = 0; g < g1; ++g, ++i) {
         const int s = i % STAGES, round = i / STAGES;
         if (round > 0) mbar_wait(&empty[s], (uint32_t)(round - 1) & 1u);
@@ -145,20 +186,11 @@ __device__ __forceinline__ void produce(const pq2_gemm_problem &p, const wg_maps
             tma_load_4d(&full[s], st.wscales, &maps->scales, 0, 0, g, first_tile);
         }
         if (g % kQuad == 0 || g == g0) {
-            wg_quad<BN> &qd = quads[(g / kQuad) % kQuads];
             const int gq = g / kQuad * kQuad;
-#pragma unroll
-            for (int c = 0; c < 2 * BN / 32; ++c) {  // the tokens' scales (even) and sums (odd)
-                const int e = lane + 32 * c, tok = e >> 1;
-                const bool ok = tok0 + tok < p.m;
-                const int64_t at = (int64_t)(tok0 + tok) * groups + gq;
-                if (e & 1)
-                    cp_async16(qd.sums[tok], ok ? (const void *)(p.sums + at) : p.sums, ok);
-                else
-                    cp_async16(qd.xs[tok], ok ? (const void *)(p.xs + at) : p.xs, ok);
-            }
+            store_quad<BN>(quads[(g / kQuad) % kQuads], lane, v);
+            if (gq + kQuad < g1) load_quad<BN>(p, gq + kQuad, lane, v);
         }
-        mbar_arrive_cp_async(&full[s]);
+        mbar_arrive(&full[s]);  // release: the constants stored above
     }
 }
 
@@ -189,7 +221,7 @@ __device__ __forceinline__ void consume(wg_stage<BN> *stages, const wg_quad<BN> 
 }
 
 template <int BN, int STAGES>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(kWgThreads, BN == 64 ? 2 : 1)
     wgmma_kernel(const pq2_gemm_problem p, const __grid_constant__ wg_maps maps)
 {
 #if PQ2_WGMMA
@@ -206,7 +238,7 @@ __global__ void __launch_bounds__(kWgThreads, 1)
     const int g0 = split * groups / p.splits, g1 = (split + 1) * groups / p.splits;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init_count(&full[s], 1 + 32);  // the producer's expect_tx + its lanes' cp.async
+            mbar_init_count(&full[s], 1 + 32);  // the producer's expect_tx + its lanes
             mbar_init_count(&empty[s], kWarps);
         }
         asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
