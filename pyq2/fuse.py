@@ -189,7 +189,7 @@ def _why_separate(
     if len({i.source_type for i in infos}) > 1:
         types = ", ".join(type_name(i.source_type) for i in infos)
         return f"their source types differ ({types})"
-    folded = [rotation is not None and rotation.folds(e.name) for e in members]
+    folded = [rotation is not None and rotation.carries(e.name) for e in members]
     if len(set(folded)) > 1:
         yes, no = (members[folded.index(v)].name for v in (True, False))
         return f"{yes} is folded with the rotation and {no} is not"

@@ -172,7 +172,7 @@ def check(gf) -> Checked:
                 f"projections of one stage of the decode step (pyq2.arch: those that read one "
                 f"activation, in its order)"
             )
-        if rotation is not None and len({rotation.folds(n) for n in names}) > 1:
+        if rotation is not None and len({rotation.carries(n) for n in names}) > 1:
             raise FormatError(
                 f"{gf.path}: fused tensor '{fname}' holds weights folded with the rotation and "
                 f"weights that are not"
@@ -202,8 +202,7 @@ def assemble(
     total, done = sum(t.nbytes for t in gf.tensors), 0
 
     def width(name: str, k: int) -> int | None:
-        folds = rot is not None and (rot.folds(name) or name in rot.inverse_weight_names)
-        return k if folds else None
+        return k if rot is not None and rot.carries(name) else None
 
     for e in checked.contents.entries:
         info = e.info

@@ -166,6 +166,11 @@ class Rotation:
     def folds(self, name: str) -> bool:
         return name in self.weight_names
 
+    def carries(self, name: str) -> bool:
+        """Whether the stored values of weight `name` carry the rotation: folded into its input
+        side, or (the embedding) to be inverted after the lookup."""
+        return name in self.weight_names or name in self.inverse_weight_names
+
     def summary(self) -> dict[str, Any]:
         """What `pyq2 info` shows."""
         return {

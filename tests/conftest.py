@@ -243,7 +243,7 @@ def unfolded_weights(path):
                 if t.type_name == "PTQ1_0":
                     raw = formats.ptq1_to_pq2(raw)
                 w = formats.pq2_dequantize(raw, n, k)
-                folded = rot.folds(t.name) or t.name in rot.inverse_weight_names
+                folded = rot.carries(t.name)
                 out[t.name] = reference.unfold(w, rot.block, rot.signs_for(k)) if folded else w
             else:
                 dense[t.name] = raw.view(np.float32).reshape(tuple(reversed(t.ne)))

@@ -104,7 +104,10 @@ def test_load_refuses_bad_fused_metadata_before_keeping_gpu_memory(files, tmp_pa
     bad = with_keys(fused, tmp_path / "bad.gguf", changes)
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
     with pytest.raises(FormatError) as e:
         load(bad)
     assert message in str(e.value)
+    # refused before allocating: nothing kept, and nothing allocated and freed on the way
     assert torch.cuda.memory_allocated() == before
+    assert torch.cuda.max_memory_allocated() == before

@@ -733,9 +733,10 @@ def test_gemm_sm90_every_m(shape, tokens):
 @needs_sm90
 def test_gemm_sm90_dispatch_and_a_misaligned_operand():
     """The dispatcher picks the sm_90a family above m = 32 where k is a multiple of 512 (the
-    fallback lines of the tuned table) and the portable one elsewhere; a Q8 operand whose scales and sums are 4- but not 16-byte aligned runs
-    on the portable family under the dispatcher (the same bits: no splits either way) and is
-    refused with an explicit sm_90a configuration."""
+    fallback lines of the tuned table) and the portable one elsewhere; a Q8 operand whose scales
+    and sums are 4- but not 16-byte aligned runs on the portable family under the dispatcher
+    (the same bits: no splits either way) and is refused with an explicit sm_90a
+    configuration."""
     codes, scales, w = weights((1000, 1024), "random", "tiles", 2)
     assert w.config_for(512)["family"] == FAMILY_GEMM_SM90
     assert w.config_for(33)["family"] == FAMILY_GEMM_SM90
