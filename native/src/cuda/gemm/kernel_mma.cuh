@@ -108,22 +108,23 @@ __device__ __forceinline__ void compute_group(const stage<BM> &st, int wr, int w
     constexpr int NT8 = BM / 16;  // token octets of a warp (BM / 2 tokens)
     const int gid = lane >> 2, tq = lane & 3;
     uint4 codes[2];
-    float2 wsc[2];  // rows gid (x) and gid + 8 (y) of each sub-tile
+    row_scale wsc[2][2];  // rows gid and gid + 8 of each sub-tile
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         codes[r] = *reinterpret_cast<const uint4 *>(&st.codes[2 * wr + r][lane * 16]);
         const uint32_t w = *reinterpret_cast<const uint32_t *>(&st.wscales[2 * wr + r][2 * gid]);
-        wsc[r] = __half22float2(*reinterpret_cast<const __half2 *>(&w));
+        const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&w));
+        wsc[r][0] = make_row_scale(wf.x), wsc[r][1] = make_row_scale(wf.y);
     }
-    int init[NT8]
-            [4];  // the chain's start: -64 sum(q) of the lane's two tokens, rows gid and gid + 8
+    // the chain's start: kBias - 64 sum(q) of the lane's two tokens, rows gid and gid + 8
+    int init[NT8][4];
     float dxs[NT8][2];
 #pragma unroll
     for (int j = 0; j < NT8; ++j) {
         const int tok = wc * (BM / 2) + j * 8 + 2 * tq;  // this lane's two C columns
-        init[j][0] = init[j][2] = -64 * st.sums[tok],
-        init[j][1] = init[j][3] = -64 * st.sums[tok + 1];
-        dxs[j][0] = st.xs[tok] * (1.0f / 64.0f), dxs[j][1] = st.xs[tok + 1] * (1.0f / 64.0f);
+        init[j][0] = init[j][2] = kBias - 64 * st.sums[tok],
+        init[j][1] = init[j][3] = kBias - 64 * st.sums[tok + 1];
+        dxs[j][0] = st.xs[tok], dxs[j][1] = st.xs[tok + 1];
     }
     int d[2][NT8][4];
 #pragma unroll
@@ -156,10 +157,8 @@ __device__ __forceinline__ void compute_group(const stage<BM> &st, int wr, int w
 #pragma unroll
         for (int j = 0; j < NT8; ++j)
 #pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                const float scale = (c < 2 ? wsc[r].x : wsc[r].y) * dxs[j][c & 1];
-                acc[r][j][c] = fmaf(small_int_to_float(d[r][j][c]), scale, acc[r][j][c]);
-            }
+            for (int c = 0; c < 4; ++c)
+                acc[r][j][c] = promote_one(d[r][j][c], wsc[r][c >> 1], dxs[j][c & 1], acc[r][j][c]);
 }
 
 // Where C element c of sub-tile r, octet j of a lane lives: (row in the block, token in the block).

@@ -17,17 +17,17 @@
 // (wg_maps: the activations; the block's code bytes and weight scales, each one box of the
 // tiles layout's (sub-tile, rt, group, tile) order whatever the tile height, rows past the
 // stored ones arriving as zeros). At every fourth group all its lanes also store the tokens'
-// promotion constants of four groups (wg_quad: the scale and the biased 64 * sum, computed once
+// promotion constants of four groups (wg_quad: the scale and kBias - 64 * sum, computed once
 // per token instead of once per consumer warp) into a ring of kQuads such blocks, from values
 // they loaded one quad earlier. The stage is full when the copies have landed and every lane
 // has arrived. A consumer warp waits for full, issues its wgmmas, waits for them, promotes, and
 // marks the stage empty. The two warpgroups run independently, so one's promotion overlaps the
 // other's wgmmas.
 //
-// Promotion: the int32 product 64 * dot(code, q) goes into the fp32 accumulator as
-// acc += (float(d) - 64 * sum(q)) * (d_w / 64) * d_x, where float(d) is the bits of
-// d + 1.5 * 2^23 and 64 * sum(q) + 1.5 * 2^23 is formed the same way, so the difference is
-// exact: the result is bit-identical to kernel_mma.cuh's for the same tokens and splits.
+// Promotion (gemm/stage.cuh): the group's int32 product 64 * dot(code, q) plus the token's
+// kBias - 64 * sum(q) is the bits of 1.25 * 2^23 + 64 * dot(code - 1, q); two FFMAs add it to
+// the fp32 accumulator with both scales, exactly as kernel_mma.cuh does (the same bits for the
+// same tokens and splits).
 #pragma once
 
 #include <cuda.h>
@@ -49,8 +49,8 @@ struct wg_maps {
     CUtensorMap q8, codes, scales;
 };
 
-// The tokens' promotion constants of 4 groups, by group then token: {d_x, biased 64 * sum}, so
-// that a consumer lane's two adjacent tokens are one 16-byte load.
+// The tokens' promotion constants of 4 groups, by group then token: {d_x, the bits of
+// kBias - 64 * sum(q)}, so that a consumer lane's two adjacent tokens are one 16-byte load.
 template <int BN> struct alignas(16) wg_quad {
     float2 tc[kQuad][BN];
 };
@@ -105,17 +105,18 @@ __device__ __forceinline__ void promote(const wg_stage<BN> &st, const wg_quad<BN
     // a sub-tile's 16 scales in fragment order: rows gid and gid + 8 at 2 gid, 2 gid + 1
     const uint32_t wpair = *reinterpret_cast<const uint32_t *>(&st.wscales[sub][2 * gid]);
     const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&wpair));
-    const float w0 = wf.x * (1.0f / 64.0f), w1 = wf.y * (1.0f / 64.0f);
+    const row_scale w0 = make_row_scale(wf.x), w1 = make_row_scale(wf.y);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
-        // {d_x, c} of tokens 8j + 2tq and 8j + 2tq + 1
+        // {d_x, kBias - 64 sum(q)} of tokens 8j + 2tq and 8j + 2tq + 1
         const float4 t = *reinterpret_cast<const float4 *>(&qd.tc[col][8 * j + 2 * tq]);
+        const int k0 = __float_as_int(t.y), k1 = __float_as_int(t.w);
         float *a = &acc[4 * j];
         const int *q = &d[4 * j];
-        a[0] = fmaf(biased_float(q[0]) - t.y, w0 * t.x, a[0]);
-        a[1] = fmaf(biased_float(q[1]) - t.w, w0 * t.z, a[1]);
-        a[2] = fmaf(biased_float(q[2]) - t.y, w1 * t.x, a[2]);
-        a[3] = fmaf(biased_float(q[3]) - t.w, w1 * t.z, a[3]);
+        a[0] = promote_one(q[0] + k0, w0, t.x, a[0]);
+        a[1] = promote_one(q[1] + k1, w0, t.z, a[1]);
+        a[2] = promote_one(q[2] + k0, w1, t.x, a[2]);
+        a[3] = promote_one(q[3] + k1, w1, t.z, a[3]);
     }
 }
 
@@ -156,10 +157,10 @@ __device__ __forceinline__ void store_quad(wg_quad<BN> &qd, int lane, const wg_q
 #pragma unroll
     for (int i = 0; i < BN / 32; ++i) {
         const int tok = lane + 32 * i;
-        qd.tc[0][tok] = make_float2(v.xs[i].x, biased_float(v.sums[i].x * 64));
-        qd.tc[1][tok] = make_float2(v.xs[i].y, biased_float(v.sums[i].y * 64));
-        qd.tc[2][tok] = make_float2(v.xs[i].z, biased_float(v.sums[i].z * 64));
-        qd.tc[3][tok] = make_float2(v.xs[i].w, biased_float(v.sums[i].w * 64));
+        qd.tc[0][tok] = make_float2(v.xs[i].x, __int_as_float(kBias - 64 * v.sums[i].x));
+        qd.tc[1][tok] = make_float2(v.xs[i].y, __int_as_float(kBias - 64 * v.sums[i].y));
+        qd.tc[2][tok] = make_float2(v.xs[i].z, __int_as_float(kBias - 64 * v.sums[i].z));
+        qd.tc[3][tok] = make_float2(v.xs[i].w, __int_as_float(kBias - 64 * v.sums[i].w));
     }
 }
 

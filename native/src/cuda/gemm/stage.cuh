@@ -1,7 +1,7 @@
 // stage.cuh - what both GEMM kernels (kernel_mma.cuh, kernel_wgmma.cuh) share: a block's tile
 // (128 weight rows = 8 sub-tiles of 16, x `tokens` tokens, 8 computing warps), the exact
-// small-integer conversion, and the epilogue (direct stores, or split partials added in split
-// order by the last block of a tile).
+// promotion of a group's integer product, and the epilogue (direct stores, or split partials added
+// in split order by the last block of a tile).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -15,17 +15,33 @@ namespace pq2_gemm {
 
 constexpr int kRows = 128, kSubtiles = 8, kWarps = 8, kThreads = kWarps * 32;
 
-// 1.5 * 2^23 + d for |d| < 2^22, exact: the integer added to that float's bits (two full-rate
-// instructions with the subtraction below, instead of the quarter-rate I2F).
-__device__ __forceinline__ float biased_float(int d)
+// Promotion. A group's integer product is 64 * dot(code - 1, q), in [-2^20, 2^21) (|q| <= 127,
+// 128 weights, codes 0..3, u8 operand code * 64). Each family lets it arrive as the bits of
+// kBias + 64 * dot, with kBias the bits of 1.25 * 2^23 (its accumulator chain starts at, or its
+// wgmma result is added to, kBias - 64 * sum(q)): that float is exactly 1.25 * 2^23 + 64 * dot,
+// an integer in [2^23, 2^24). Then one FFMA with the row's scale over 64 and
+// -1.25 * 2^23 * scale / 64 (exact: 3 bits times the fp16 scale's 11) gives dot * d_w rounded
+// once, and a second FFMA adds it times the token's scale d_x:
+//   acc += round(dot * d_w) * d_x
+// (instead of converting the integer with two instructions and forming d_w * d_x per output).
+constexpr int kBias = 0x4B200000;
+constexpr float kBiasF = 10485760.0f;  // 1.25 * 2^23
+
+// A row's promotion constants: its scale over 64 and the bias term of the first FFMA.
+struct row_scale {
+    float w64, c;
+};
+
+__device__ __forceinline__ row_scale make_row_scale(float dw)
 {
-    return __int_as_float(d + 0x4B400000);
+    const float w64 = dw * (1.0f / 64.0f);
+    return {w64, -kBiasF * w64};
 }
 
-// float(d) for |d| < 2^22.
-__device__ __forceinline__ float small_int_to_float(int d)
+// acc + round(dot * d_w) * d_x, from the biased bits v = kBias + 64 * dot.
+__device__ __forceinline__ float promote_one(int v, row_scale w, float dx, float acc)
 {
-    return biased_float(d) - 12582912.0f;  // 1.5 * 2^23
+    return fmaf(fmaf(__int_as_float(v), w.w64, w.c), dx, acc);
 }
 
 // The block's N accumulators to y: element i is (row_of(i), tok_of(i)) of the block's tile.
