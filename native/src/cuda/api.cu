@@ -302,7 +302,7 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const pq2
     PQ2_CHECK(pq2_q8_resolve(fn, "x", x, m, c.v.k, &in));
     if (c.cfg.family == PQ2_FAMILY_GEMM_SM90 &&
         !(pq2_aligned(in.scales, 16) && pq2_aligned(in.sums, 16))) {
-        // The sm_90a kernels copy scales and sums by TMA (16-byte rows); the ABI asks 4 bytes.
+        // The sm_90a kernels load scales and sums in 16-byte rows; the ABI asks 4 bytes.
         if (cfg_in)
             return pq2_set_error(PQ2_ERR_ALIGNMENT,
                                  "%s: x->scales %p and x->sums %p must be 16-byte aligned for "

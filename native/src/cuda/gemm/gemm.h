@@ -35,7 +35,7 @@ inline bool pq2_gemm_sm90_runs(int cc)
     return cc == 90 && pq2_gemm_sm90_built();
 }
 
-// The sm_90a kernels copy the token scales and sums in rows of 4 groups (16 bytes): they serve
+// The sm_90a kernels load the token scales and sums in rows of 4 groups (16 bytes): they serve
 // k a multiple of 4 * 128; their TMA coordinates are 32-bit: k below 2^31.
 constexpr int64_t kGemmSm90KMultiple = 512, kGemmSm90KLimit = (int64_t)1 << 31;
 

@@ -11,10 +11,9 @@
 // Arithmetic per group (cores.cuh's m > 8 core, unrolled over tokens): the four code planes
 // moved to the top bits of each byte (code * 64) are the u8 A fragments of four m16n8k32 MMAs
 // against the four activation planes (s8 B), chained into one int32 accumulator started from
-// -64 * sum(q): it ends as 64 * dot(code - 1, q), exact (|.| < 2^22). The group's product is then
-// promoted into the fp32 accumulator with both scales: acc += float(d) * (d_w * d_x / 64); the
-// conversion adds 1.5 * 2^23 to the integer's bits and subtracts it as a float (exact below
-// 2^22: two full-rate instructions instead of the quarter-rate I2F).
+// kBias - 64 * sum(q): it ends as the bits of the float 1.25 * 2^23 + 64 * dot(code - 1, q),
+// exact, which promote_one (gemm/stage.cuh) adds to the fp32 accumulator with both scales in two
+// FFMAs. At 64 tokens two blocks share an SM (launch bounds: 128 registers).
 #pragma once
 
 #include "gemm/stage.cuh"
@@ -172,7 +171,7 @@ template <int BM> __device__ __forceinline__ int c_tok(int wc, int j, int c, int
 }
 
 template <int BM, int STAGES>
-__global__ void __launch_bounds__(kThreads, 1) gemm_kernel(const pq2_gemm_problem p)
+__global__ void __launch_bounds__(kThreads, BM == 64 ? 2 : 1) gemm_kernel(const pq2_gemm_problem p)
 {
     extern __shared__ __align__(16) uint8_t smem[];
     stage<BM> *stages = reinterpret_cast<stage<BM> *>(smem);

@@ -15,15 +15,14 @@ namespace pq2_gemm {
 
 constexpr int kRows = 128, kSubtiles = 8, kWarps = 8, kThreads = kWarps * 32;
 
-// Promotion. A group's integer product is 64 * dot(code - 1, q), in [-2^20, 2^21) (|q| <= 127,
-// 128 weights, codes 0..3, u8 operand code * 64). Each family lets it arrive as the bits of
+// Promotion. A group's integer product is 64 * dot(code - 1, q), |.| < 2^21 (|q| <= 127, 128
+// weights, code - 1 in -1..2, u8 operand code * 64). Each family lets it arrive as the bits of
 // kBias + 64 * dot, with kBias the bits of 1.25 * 2^23 (its accumulator chain starts at, or its
 // wgmma result is added to, kBias - 64 * sum(q)): that float is exactly 1.25 * 2^23 + 64 * dot,
-// an integer in [2^23, 2^24). Then one FFMA with the row's scale over 64 and
+// an integer in [2^23, 1.5 * 2^23). Then one FFMA with the row's scale over 64 and
 // -1.25 * 2^23 * scale / 64 (exact: 3 bits times the fp16 scale's 11) gives dot * d_w rounded
 // once, and a second FFMA adds it times the token's scale d_x:
 //   acc += round(dot * d_w) * d_x
-// (instead of converting the integer with two instructions and forming d_w * d_x per output).
 constexpr int kBias = 0x4B200000;
 constexpr float kBiasF = 10485760.0f;  // 1.25 * 2^23
 
