@@ -83,12 +83,23 @@ def test_full_rewrite_replaces_the_layout(tmp_path, table):
     assert entries(table.read_text()) == [OLD[0], new, FALLBACK[1]]
 
 
-def test_an_sm90_pick_keeps_the_fastest_portable_line_after_it(tmp_path, table):
+SM90_LINE = "PQ2_TUNED(TILES, 128, 5120, 6144, 2, GEMM_SM90, 8, 128, 8, 1, 6, 0, 1)  // {} us"
+PORTABLE_LINE = "PQ2_TUNED(TILES, 128, 5120, 6144, 2, GEMM, 8, 32, 8, 1, 4, 0, 4)  // 55.0 us"
+
+
+@pytest.mark.parametrize(
+    "sm90_us, want",
+    [
+        (40.0, [SM90_LINE.format("40.0"), PORTABLE_LINE]),  # sm_90a fastest: the portable follows
+        (70.0, [PORTABLE_LINE]),  # a portable configuration fastest: its line alone
+    ],
+)
+def test_an_sm90_pick_keeps_the_fastest_portable_line_after_it(tmp_path, table, sm90_us, want):
     """Where an sm_90a configuration is fastest, the fastest portable one follows it: the
     dispatcher passes over sm_90a lines on other devices and takes the next line of the range."""
     fields = ("family", "row_subtiles", "tokens", "warps", "unroll", "stages", "blocks", "splits")
     cands = [
-        ((3, 8, 128, 8, 1, 6, 0, 1), 40.0),
+        ((3, 8, 128, 8, 1, 6, 0, 1), sm90_us),
         ((2, 8, 64, 8, 1, 2, 0, 1), 60.0),
         ((2, 8, 32, 8, 1, 4, 0, 4), 55.0),
     ]
@@ -98,11 +109,7 @@ def test_an_sm90_pick_keeps_the_fastest_portable_line_after_it(tmp_path, table):
     (tmp_path / "tune.json").write_text(json.dumps({"env": env, "rows": rows}))
     r = run(TUNE, "--from-json", tmp_path / "tune.json", "--write", table, "--partial")
     assert r.returncode == 0, r.stderr
-    got = [e for e in entries(table.read_text()) if "TILES, 128," in e]
-    assert got == [
-        "PQ2_TUNED(TILES, 128, 5120, 6144, 2, GEMM_SM90, 8, 128, 8, 1, 6, 0, 1)  // 40.0 us",
-        "PQ2_TUNED(TILES, 128, 5120, 6144, 2, GEMM, 8, 32, 8, 1, 4, 0, 4)  // 55.0 us",
-    ]
+    assert [e for e in entries(table.read_text()) if "TILES, 128," in e] == want
 
 
 @pytest.mark.parametrize("warps", ["17", "0", "4,x", ""])
