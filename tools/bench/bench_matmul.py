@@ -267,6 +267,19 @@ def environment():
     }
 
 
+def start_run():
+    """libpq2 initialised, then (environment, read bandwidth in GB/s) of this run, announced on one
+    line."""
+    _native.check(_native.load()[1].pq2_cuda_init())
+    env = environment()
+    read_gbs = read_bandwidth_gbs()
+    print(
+        f"# {env['gpu']} | {env['nvidia_smi']} | commit {env['commit']} | read {read_gbs:.0f} GB/s",
+        flush=True,
+    )
+    return env, read_gbs
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--json", help="write the full results here")

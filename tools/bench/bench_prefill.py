@@ -21,17 +21,14 @@ import torch
 from bench_matmul import (
     WARMUP_MS,
     copies_for,
-    environment,
     graph_time_us,
-    read_bandwidth_gbs,
     resident,
+    start_run,
     time_cublas,
     time_pq2,
     write_results,
 )
 from shapes import SHAPES, pq2_bytes
-
-from pyq2 import _native
 
 MS = "17,32,64,128,256,512,2048,8192"
 
@@ -70,13 +67,7 @@ def main(argv=None):
     ap.add_argument("--no-pass", action="store_true")
     args = ap.parse_args(argv)
     ms = [int(v) for v in args.ms.split(",")]
-    _native.check(_native.load()[1].pq2_cuda_init())
-    env = environment()
-    read_gbs = read_bandwidth_gbs()
-    print(
-        f"# {env['gpu']} | {env['nvidia_smi']} | commit {env['commit']} | read {read_gbs:.0f} GB/s",
-        flush=True,
-    )
+    env, read_gbs = start_run()
     rows = []
     for name in args.shapes.split(","):
         n, k, _ = SHAPES[name]

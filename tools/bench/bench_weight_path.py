@@ -28,15 +28,13 @@ import sys
 import torch
 from bench_matmul import (
     WARMUP_MS,
-    environment,
     graph_time_us,
-    read_bandwidth_gbs,
     resident,
+    start_run,
     write_results,
 )
 from shapes import SHAPES, pq2_bytes
 
-from pyq2 import _native
 from pyq2.gpu import (
     DeviceRotation,
     Q8Operand,
@@ -229,13 +227,7 @@ def main(argv=None):
     ap.add_argument("--no-ops", action="store_true")
     ap.add_argument("--no-step", action="store_true")
     args = ap.parse_args(argv)
-    _native.check(_native.load()[1].pq2_cuda_init())
-    env = environment()
-    read_gbs = read_bandwidth_gbs()
-    print(
-        f"# {env['gpu']} | {env['nvidia_smi']} | commit {env['commit']} | read {read_gbs:.0f} GB/s",
-        flush=True,
-    )
+    env, read_gbs = start_run()
     ops = [] if args.no_ops else op_rows(read_gbs, [int(m) for m in args.ms.split(",")])
     torch.cuda.empty_cache()
     step = None if args.no_step else decode_step(read_gbs)
