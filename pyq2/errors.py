@@ -1,5 +1,20 @@
 """Exceptions of pyq2. Library failures carry the C status and the library's own message."""
 
+import stat
+
+_FILE_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular one is (from its st_mode), for a message."""
+    return next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
+
 
 class Pq2Error(Exception):
     """A libpq2 call returned a non-zero status; the message is pq2_last_error()."""

@@ -38,7 +38,7 @@ import numpy as np
 from gguf import GGUFValueType
 
 from . import metadata
-from .errors import FormatError
+from .errors import FormatError, file_kind
 from .gguf_header import (
     DEFAULT_ALIGNMENT,
     GGUF_MAGIC,
@@ -75,20 +75,11 @@ RELEASE_BEHIND = 1 << 20
 
 # --------------------------------------------------------------------------------- reading ----
 
-_FILE_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
-
 
 def _check_regular(path: str, mode: int) -> None:
     if stat.S_ISREG(mode):
         return
-    kind = next((name for test, name in _FILE_KINDS if test(mode)), "not a regular file")
-    raise FormatError(f"{path} is {kind}: pyq2 reads GGUF files from regular files only")
+    raise FormatError(f"{path} is {file_kind(mode)}: pyq2 reads GGUF files from regular files only")
 
 
 def _open_regular(path: str) -> int:

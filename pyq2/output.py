@@ -32,17 +32,10 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from . import interrupts
-from .errors import RepackError
+from .errors import RepackError, file_kind
 
 Notice = Callable[[str], None]  # receives one line for the user (pyq2 prints it on stderr)
 
-_SPECIAL_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-)
 # A file system without hard links answers os.link with one of these; OUT is then reserved
 # with an O_EXCL create instead.
 _NO_HARD_LINKS = {errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.ENOSYS, errno.EMLINK}
@@ -78,7 +71,7 @@ def check_output(out: str, force: bool, dry_run: bool = False) -> bool:
     except FileNotFoundError:  # no OUT, or a symlink to a file still to be made
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
-        kind = next((k for test, k in _SPECIAL_KINDS if test(st.st_mode)), "not a regular file")
+        kind = file_kind(st.st_mode)
         via = f" (a link to {os.path.realpath(out)})" if os.path.islink(out) else ""
         raise RepackError(
             f"output {out}{via} is {kind}; pyq2 writes regular files only and never replaces "
