@@ -193,18 +193,8 @@ def _quantize_q8(x):
     x = _rows(x, "x")
     out = _q8_empty(x.shape[0], x.shape[1], x.device)
     if x.shape[0]:
-        ffi, lib = _native.load()
         with _on(x.device) as stream:
-            _native.check(
-                lib.pq2_quantize_q8_cuda(
-                    ffi.cast("void *", x.data_ptr()),
-                    gpu._dtype_code(x),
-                    x.shape[0],
-                    x.shape[1],
-                    out.struct(),
-                    ffi.cast("void *", stream.cuda_stream),
-                )
-            )
+            gpu.quantize_q8(x, stream=stream, out=out)
     return _q8_tuple(out)
 
 
@@ -288,20 +278,9 @@ def _get_rows(weights, n, k, layout, rt, ids, out_dtype, block=0, signs=None):
     ids = _rows(ids.reshape(-1).to(torch.int32), "ids")
     out = torch.empty(ids.numel(), k, dtype=out_dtype, device=ids.device)
     if ids.numel():
-        ffi, lib = _native.load()
         rot = _rotation(block, signs, ids.device)
         with _on(ids.device) as stream:
-            _native.check(
-                lib.pq2_get_rows_cuda(
-                    w.struct(),
-                    ffi.cast("int32_t *", ids.data_ptr()),
-                    ids.numel(),
-                    ffi.cast("void *", out.data_ptr()),
-                    gpu._dtype_code(out),
-                    rot.struct() if rot is not None else ffi.NULL,
-                    ffi.cast("void *", stream.cuda_stream),
-                )
-            )
+            w.get_rows(ids, rotation=rot, stream=stream, out=out)
     return out
 
 
