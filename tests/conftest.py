@@ -9,6 +9,8 @@ import functools
 import importlib.util
 import os
 import struct
+import subprocess
+import sys
 import zlib
 from pathlib import Path
 
@@ -86,6 +88,18 @@ PYQ2_PARENT = os.path.dirname(os.path.abspath(list(pyq2.__path__)[0]))
 def subprocess_env() -> dict:
     """The environment of a child Python that must import this process's pyq2."""
     return dict(os.environ, PYTHONPATH=PYQ2_PARENT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+
+
+def run_pyq2(*argv, env=None, **kwargs) -> subprocess.CompletedProcess:
+    """`python -m pyq2 ARGV` in a child process (text output captured; by default with the
+    environment of subprocess_env). kwargs go to subprocess.run (cwd, timeout)."""
+    return subprocess.run(
+        [sys.executable, "-m", "pyq2", *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env() if env is None else env,
+        **kwargs,
+    )
 
 
 # ---- PQ2_0 data ---------------------------------------------------------------------------

@@ -2,17 +2,14 @@
 model or preset it is a usage error."""
 
 import os
-import subprocess
-import sys
 
 import pytest
 
+from .conftest import run_pyq2
+
 
 def run_module(*args):
-    env = dict(os.environ)
-    return subprocess.run(
-        [sys.executable, "-m", "pyq2", *args], capture_output=True, text=True, env=env, timeout=120
-    )
+    return run_pyq2(*args, env=dict(os.environ), timeout=120)
 
 
 def has_cuda():

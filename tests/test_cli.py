@@ -3,7 +3,6 @@
 import json
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 
@@ -13,7 +12,7 @@ import pytest
 from pyq2 import gguf_io
 from pyq2.cli import main
 
-from .conftest import listing, patched, subprocess_env, tensor_info_offset
+from .conftest import listing, patched, run_pyq2, tensor_info_offset
 
 # ---- helpers ------------------------------------------------------------------------------
 
@@ -27,13 +26,7 @@ def run(capsys, *argv):
 
 def run_module(*argv):
     """`python -m pyq2 ARGV` in a child process, from another directory."""
-    return subprocess.run(
-        [sys.executable, "-m", "pyq2", *map(str, argv)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        cwd=tempfile.gettempdir(),
-    )
+    return run_pyq2(*argv, cwd=tempfile.gettempdir())
 
 
 def assert_one_line_error(code, err, *needles):

@@ -2,8 +2,6 @@
 where `pyq2 demo` leaves its files."""
 
 import os
-import subprocess
-import sys
 import tempfile
 
 import pytest
@@ -11,7 +9,7 @@ import pytest
 import pyq2
 from pyq2.cli import main
 
-from .conftest import listing, subprocess_env
+from .conftest import listing, run_pyq2, subprocess_env
 
 
 def run(capsys, *argv):
@@ -31,13 +29,7 @@ def test_version(capsys):
 
 def test_version_without_the_library(tmp_path):
     env = dict(subprocess_env(), PYQ2_LIBRARY=str(tmp_path / "missing.so"))
-    p = subprocess.run(
-        [sys.executable, "-m", "pyq2", "--version"],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tempfile.gettempdir(),
-    )
+    p = run_pyq2("--version", env=env, cwd=tempfile.gettempdir())
     assert p.returncode == 0 and p.stderr == ""
     first, second = p.stdout.splitlines()
     assert first == f"pyq2 {pyq2.__version__}"

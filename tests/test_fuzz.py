@@ -6,13 +6,12 @@ no temporary left behind; through `python -m pyq2` they exit 0 or 1 with one lin
 """
 
 import importlib.util
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from .conftest import listing, subprocess_env
+from .conftest import listing, run_pyq2
 
 FUZZER = Path(__file__).resolve().parents[1] / "tools" / "fuzz" / "fuzz_gguf.py"
 CASES = 3000  # about 15 s on two cores, the Gemma seed included
@@ -51,13 +50,7 @@ def test_mutations_are_reproducible(tmp_path):
 
 
 def _pyq2(*argv):
-    return subprocess.run(
-        [sys.executable, "-m", "pyq2", *map(str, argv)],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=120,
-    )
+    return run_pyq2(*argv, timeout=120)
 
 
 # Cases of run 0 on the tiles seed: refused while parsing; repacked but not the seed's weights;

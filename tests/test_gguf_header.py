@@ -4,8 +4,6 @@ the problem; non-regular input files are refused before they are read."""
 
 import os
 import struct
-import subprocess
-import sys
 import tracemalloc
 
 import numpy as np
@@ -19,7 +17,7 @@ from pyq2.info import describe
 from pyq2.repack import repack
 from pyq2.verify import verify
 
-from .conftest import listing, subprocess_env, tensor_info_offset
+from .conftest import listing, run_pyq2, tensor_info_offset
 
 # ---- builders -----------------------------------------------------------------------------
 
@@ -298,13 +296,7 @@ def test_fifo_without_writer_does_not_wait(tmp_path, command):
     fifo = tmp_path / "fifo.gguf"
     os.mkfifo(fifo)
     argv = [a.replace("OUT", str(tmp_path / "o.gguf")).replace("FIFO", str(fifo)) for a in command]
-    p = subprocess.run(
-        [sys.executable, "-m", "pyq2", argv[0], str(fifo), *argv[1:]],
-        capture_output=True,
-        text=True,
-        env=subprocess_env(),
-        timeout=60,
-    )
+    p = run_pyq2(argv[0], fifo, *argv[1:], timeout=60)
     assert p.returncode == 1, p.stderr
     assert p.stderr.splitlines() == [
         f"pyq2: error: {fifo} is a FIFO: pyq2 reads GGUF files from regular files only"
