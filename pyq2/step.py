@@ -23,8 +23,10 @@ weights). Without `fuse` each projection runs alone (the members of a fused matr
 matrices of their own: Weight.matrix).
 
 Everything the projections write stays in `outputs[name]` (a view into the fused output).
-`run()` makes the calls on the current stream; `record()` runs them eagerly and returns each
-stage's inputs and outputs (what a reference needs).
+`run()` makes the calls on the current stream, the side projections on a second one that forks
+from it after their producer and joins it again (so they overlap the projections, as a host's
+would); `record()` runs them eagerly in order and returns each stage's inputs and outputs (what a
+reference needs).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ class DecodeStep:
                 x = torch.randn(m, width, generator=gen, device=dev)
                 self.mixer_out[stage.layer] = x.to(self.dtype)
         self.workspace = torch.empty(ws, dtype=torch.uint8, device=dev)
+        self.side_stream = torch.cuda.Stream(device=dev)  # run(): the side projections
         self.calls = self._calls()
 
     def _width(self, stage: Stage) -> int:
@@ -152,22 +155,44 @@ class DecodeStep:
                 inputs = {"gate": gate, "up": up}
                 fn = _bind(swiglu_rotate_q8, gate, up, rot, out=q)
             calls.append(Call("producer", stage, fn, inputs))
-            for w, out in self.matmuls[i]:
-                calls.append(Call("projection", stage, _bind(w.matmul_q8, q, out, self.workspace)))
-            if i in self.side:
+            if i in self.side:  # right after its producer: run() forks it from there
                 side_w, out = self.side[i]
                 normed = self.normed[width]
                 calls.append(Call("side", stage, _bind(torch.matmul, normed, side_w.t(), out=out)))
+            for w, out in self.matmuls[i]:
+                calls.append(Call("projection", stage, _bind(w.matmul_q8, q, out, self.workspace)))
             # a norm stage consumes the pending residual; the mixer's and the FFN's output
             # projection make the next one
             residual = None if stage.producer == "norm" else self.outputs[stage.projections[0]]
         return calls
 
     def run(self, kinds: tuple[str, ...] | None = None) -> None:
-        """Make the step's calls (those of `kinds` only, when given) on the current stream."""
+        """Make the step's calls on the current stream; those of `kinds` only, when given, one
+        after another. The whole step runs each side projection on a stream of its own, forked
+        after its producer and joined before the next norm producer (which may rewrite the
+        normed rows it reads) and at the end, so that it overlaps the projections."""
+        torch = _torch()
+        if kinds is not None or not self.side:
+            for c in self.calls:
+                if kinds is None or c.kind in kinds:
+                    c.fn()
+            return
+        main, pending = torch.cuda.current_stream(), None
         for c in self.calls:
-            if kinds is None or c.kind in kinds:
+            joins = c.kind == "producer" and c.stage is not None and c.stage.producer == "norm"
+            if pending is not None and joins:
+                main.wait_event(pending)
+                pending = None
+            if c.kind != "side":
                 c.fn()
+                continue
+            self.side_stream.wait_stream(main)
+            with torch.cuda.stream(self.side_stream):
+                c.fn()
+            pending = torch.cuda.Event()
+            pending.record(self.side_stream)
+        if pending is not None:
+            main.wait_event(pending)
 
     def record(self) -> list[dict[str, Any]]:
         """Run the step eagerly; per producer (and the embedding first), copies of its inputs
