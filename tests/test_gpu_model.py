@@ -31,6 +31,7 @@ from .conftest import (  # noqa: E402
     ROW_TOL,
     assert_matches_unfolded,
     f64,
+    graph_capture,
     stage_activation,
 )
 
@@ -103,6 +104,25 @@ def test_synthetic_tiny_runs_in_a_graph():
     assert graph_ms(step.run, 3) > 0
     logits = step.outputs["output.weight"]
     assert torch.isfinite(logits.float()).all()
+
+
+@pytest.mark.parametrize("m", [1, 4])
+def test_decode_step_graph_gives_the_bits_of_the_calls_in_order(m):
+    """run() puts the side projections on a second stream; replayed as a CUDA graph it gives
+    every output, side projections included, the bits of record() (each call in turn)."""
+    model = synthetic("tiny")
+    step = DecodeStep(model, m)
+    assert step.side, "the preset has side projections"
+    step.ids.copy_(torch.arange(m, dtype=torch.int32) * 7)
+    step.record()
+    want = {name: t.clone() for name, t in step.outputs.items()}
+    g, _ = graph_capture(lambda: step.run(), ())
+    for t in step.outputs.values():
+        t.fill_(float("nan"))
+    g.replay()
+    torch.cuda.synchronize()
+    for name, t in want.items():
+        assert torch.equal(step.outputs[name], t), f"m={m} {name}: graph against calls in order"
 
 
 def test_load_refuses_a_non_finite_scale_and_frees_what_it_uploaded(demo_gguf, tmp_path):

@@ -153,8 +153,8 @@ __global__ void __launch_bounds__(MAXT)
     // Programmatic dependent launch: a matmul launched after this grid may start streaming its
     // weights now; this grid reads its inputs only after the kernel before it has finished.
     pq2_pdl_handoff();
-    // The signs are loaded with the source, not after it: for the RMSNorm that saves a round
-    // trip after the row's sum.
+    // The signs are issued before the source's loads so that their latency hides under them (for
+    // the RMSNorm: under the row pass, not after the row's sum).
     const char4 s =
         p.signs ? *reinterpret_cast<const char4 *>(p.signs + e) : make_char4(1, 1, 1, 1);
     float v[4];
