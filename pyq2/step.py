@@ -169,8 +169,8 @@ class DecodeStep:
     def run(self, kinds: tuple[str, ...] | None = None) -> None:
         """Make the step's calls on the current stream; those of `kinds` only, when given, one
         after another. The whole step runs the side projections on a second stream, each forked
-        after its producer and joined before the next producer that rewrites the normed rows it
-        reads, and at the end, so that they overlap the projections."""
+        after its producer and joined before the next norm producer (the first that may rewrite
+        the normed rows it reads) and at the end, so that they overlap the projections."""
         torch = _torch()
         if kinds is not None or not self.side:
             for c in self.calls:
@@ -179,7 +179,7 @@ class DecodeStep:
             return
         main, pending = torch.cuda.current_stream(), None
         for c in self.calls:
-            joins = c.kind == "producer" and c.stage is not None and bool(c.stage.unrotated)
+            joins = c.kind == "producer" and c.stage is not None and c.stage.producer == "norm"
             if pending is not None and joins:
                 main.wait_event(pending)
                 pending = None
