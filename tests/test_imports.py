@@ -42,3 +42,19 @@ def test_no_import_cycles():
 
     for module in sorted(graph):
         visit(module)
+
+
+def test_the_package_does_not_import_the_tools():
+    """pyq2 is what `pip install` ships: nothing in it imports from tools/ (or adds it to the
+    import path)."""
+    for path in PACKAGE.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            assert not any(n == "tools" or n.startswith("tools.") for n in names), path.name
+        assert "sys.path" not in path.read_text(), f"{path.name} changes the import path"
