@@ -100,8 +100,6 @@ def convert_weight(
     holds across parts too. The code pieces are written as they come and the scale pieces (1/17
     of the bytes) are kept and written after them.
     """
-    if layout == "raw" and len(parts) > 1:
-        raise RepackError("the raw layout holds no fused tensors")
     k = parts[0].info.k if parts[0].info is not None else 0
     g = k // formats.PQ2_BLOCK_WEIGHTS
     row_bytes = formats.pq2_matrix_bytes(1, k)
@@ -200,9 +198,16 @@ def repack(
     out_exists = _check_paths(in_path, out_path, force, dry_run, layout)
     ops = Backend(backend)
     summary = Summary(
-        in_path, out_path, layout, rt, dry_run, ops.name, out_exists=out_exists, force=force
+        in_path,
+        out_path,
+        layout,
+        rt,
+        dry_run,
+        ops.name,
+        out_exists=out_exists,
+        force=force,
+        fuse=fuse,
     )
-    summary.fuse = fuse
 
     with gguf_io.open_gguf(in_path) as gf:
         entries = fuse_mod.contents(gf).entries

@@ -240,7 +240,8 @@ def fusable(mats: list[PQ2Weights]) -> bool:
     such matrices concatenate region by region)."""
     if len(mats) < 2 or any(w.layout != "tiles" or w.rt != mats[0].rt for w in mats):
         return False
-    return all(w.n % (16 * w.rt) == 0 for w in mats[:-1]) and len({w.k for w in mats}) == 1
+    tr = layouts.tile_rows("tiles", mats[0].rt)
+    return all(w.n % tr == 0 for w in mats[:-1]) and len({w.k for w in mats}) == 1
 
 
 def concat_rows(mats: list[PQ2Weights]) -> PQ2Weights:

@@ -6,18 +6,15 @@ name."""
 
 import numpy as np
 import pytest
-from gguf import GGUFValueType as V
 
-from pyq2 import gguf_io, layouts, metadata, weight_io
+from pyq2 import gguf_io, layouts, weight_io
 from pyq2.errors import FormatError
 from pyq2.gpu import PQ2Weights
 from pyq2.model import Model, assemble, check
 from pyq2.repack import repack
 from pyq2.step import matmul_groups
 
-from .test_fuse import ATTN, FFN, GDN, with_keys, write_qwen35
-
-FUSED = "blk.1.attn_q+attn_k+attn_v.weight"
+from .test_fuse import ATTN, FFN, FUSED, GDN, _key, _names, _u64, with_keys, write_qwen35
 
 
 def cpu_model(path, layout="tiles", rt=2):
@@ -127,35 +124,25 @@ def test_planes_fused_file_into_tiles(tmp_path):
     assert FUSED in as_planes.fused  # planes: every member is whole tiles of one row
 
 
-def _u64(values):
-    return lambda k: gguf_io.encode_kv(k, V.ARRAY, values, V.UINT64)
-
-
-def _names(values):
-    return lambda k: gguf_io.encode_kv(k, V.ARRAY, values, V.STRING)
-
-
-KEY = lambda attr, name=FUSED: metadata.tensor_key(name, attr)  # noqa: E731
-
 REFUSED = {
     "member-missing": (
-        {KEY("members"): _names(list(ATTN[:2])), KEY("member_offsets"): _u64([0, 512]),
-         KEY("member_rows"): _u64([512, 128]), KEY("member_positions"): _u64([16, 17])},
+        {_key("members"): _names(list(ATTN[:2])), _key("member_offsets"): _u64([0, 512]),
+         _key("member_rows"): _u64([512, 128]), _key("member_positions"): _u64([16, 17])},
         # one member fewer: the original file would have one tensor fewer, so the positions
         # no longer match the file's order
         "member positions do not match the file's tensor order",
     ),
     "not-one-stage": (
-        {KEY("members"): _names([ATTN[1], ATTN[0], ATTN[2]])},
+        {_key("members"): _names([ATTN[1], ATTN[0], ATTN[2]])},
         f"fused tensor '{FUSED}' holds blk.1.attn_k.weight, blk.1.attn_q.weight, "
         "blk.1.attn_v.weight, which are not the projections of one stage",
     ),
     "inconsistent-offsets": (
-        {KEY("member_offsets"): _u64([0, 512, 600])},
+        {_key("member_offsets"): _u64([0, 512, 600])},
         "member 'blk.1.attn_v.weight' starts at row 600",
     ),
     "also-unfused": (
-        {KEY("members"): _names([ATTN[0], ATTN[1], "blk.1.ffn_down.weight"])},
+        {_key("members"): _names([ATTN[0], ATTN[1], "blk.1.ffn_down.weight"])},
         "member 'blk.1.ffn_down.weight' is also stored as a tensor of its own",
     ),
 }  # fmt: skip
