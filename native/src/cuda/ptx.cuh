@@ -101,11 +101,42 @@ __device__ __forceinline__ uint32_t smem_u32(const void *p)
     return (uint32_t)__cvta_generic_to_shared(p);
 }
 
-__device__ __forceinline__ void mbar_init(uint64_t *bar)
+// mbarrier with `count` arrivals per phase.
+__device__ __forceinline__ void mbar_init_count(uint64_t *bar, uint32_t count)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
+                 : "memory");
+#else
+    (void)bar, (void)count;
+#endif
+}
+
+// Makes the mbarrier initialisations before it visible to the async proxy (bulk copies, TMA)
+// and to the cluster.
+__device__ __forceinline__ void mbar_init_fence()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// mbarrier with one arrival per phase, its initialisation fenced (mbar_init_fence).
+__device__ __forceinline__ void mbar_init(uint64_t *bar)
+{
+    mbar_init_count(bar, 1);
+    mbar_init_fence();
+}
+
+// One arrival that also expects `bytes` of bulk copies before the phase completes.
+__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+#else
+    (void)bar, (void)bytes;
 #endif
 }
 
@@ -116,9 +147,7 @@ __device__ __forceinline__ void bulk_copy2(uint64_t *bar, void *dst0, const void
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     const uint32_t b = smem_u32(bar);
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(b),
-                 "r"(bytes0 + bytes1)
-                 : "memory");
+    mbar_expect_tx(bar, bytes0 + bytes1);
     asm volatile(
         "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::
             "r"(smem_u32(dst0)),
@@ -148,29 +177,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
                  : "memory");
 #else
     (void)bar, (void)parity;
-#endif
-}
-
-// mbarrier with `count` arrivals per phase.
-__device__ __forceinline__ void mbar_init_count(uint64_t *bar, uint32_t count)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(count)
-                 : "memory");
-#else
-    (void)bar, (void)count;
-#endif
-}
-
-// One arrival that also expects `bytes` of bulk copies before the phase completes.
-__device__ __forceinline__ void mbar_expect_tx(uint64_t *bar, uint32_t bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_u32(bar)),
-                 "r"(bytes)
-                 : "memory");
-#else
-    (void)bar, (void)bytes;
 #endif
 }
 

@@ -102,10 +102,8 @@ __device__ __forceinline__ void promote(const wg_stage<BN> &st, const wg_quad<BN
                                         float (&acc)[BN / 2])
 {
     const int gid = lane >> 2, tq = lane & 3;
-    // a sub-tile's 16 scales in fragment order: rows gid and gid + 8 at 2 gid, 2 gid + 1
-    const uint32_t wpair = *reinterpret_cast<const uint32_t *>(&st.wscales[sub][2 * gid]);
-    const float2 wf = __half22float2(*reinterpret_cast<const __half2 *>(&wpair));
-    const row_scale w0 = make_row_scale(wf.x), w1 = make_row_scale(wf.y);
+    row_scale w0, w1;
+    make_row_scales(st.wscales[sub], gid, w0, w1);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         // {d_x, kBias - 64 sum(q)} of tokens 8j + 2tq and 8j + 2tq + 1
@@ -242,7 +240,7 @@ __global__ void __launch_bounds__(kWgThreads, BN == 64 ? 2 : 1)
             mbar_init_count(&full[s], 1 + 32);  // the producer's expect_tx + its lanes
             mbar_init_count(&empty[s], kWarps);
         }
-        asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+        mbar_init_fence();
     }
     __syncthreads();
     // The activations are the previous kernel's output (the quantiser or the caller's producer).
