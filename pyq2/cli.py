@@ -47,6 +47,13 @@ qkv and gate, FFN gate and up) as one matrix each, their rows one after another,
 that says how to split it; verify and --layout raw give back the original tensors. A group
 whose members differ in K, source type or rotation, or whose members (but the last) are not
 whole tiles, stays separate and is named on stderr.
+
+--tp G writes the model's G tensor-parallel shards, one per GPU, as OUT with .tp<G>-<rank>
+before .gguf: the projections that read the normed residual stream cut along their output rows
+(whole heads), attn_output, ssm_out and ffn_down along their input columns (whole 128-groups and
+rotation blocks), the head along its vocabulary rows, everything else whole. The shards appear
+together or not at all; verify ORIGINAL SHARD... checks the set. A model whose heads or
+rotation blocks do not split G ways is refused, saying which.
 """
 
 
@@ -97,6 +104,10 @@ def _cmd_repack(args) -> int:
             "--fuse applies to the planes and tiles layouts, not --layout raw (which splits a "
             "fused file back into its original tensors)"
         )
+    if args.tp is not None and args.tp < 2:
+        args.usage_error(f"--tp {args.tp}: a tensor-parallel set has 2 or more shards")
+    if args.tp and args.layout == "raw":
+        args.usage_error("--tp writes shards in the planes or tiles layout, not --layout raw")
     bar = _Bar() if sys.stderr.isatty() else None
     try:
         summary = repack(
@@ -108,6 +119,7 @@ def _cmd_repack(args) -> int:
             progress=bar,
             notice=_notice,
             fuse=args.fuse,
+            tp=args.tp or 0,
             **({} if args.rt is None else {"rt": args.rt}),
         )
     finally:
@@ -231,6 +243,13 @@ def build_parser() -> argparse.ArgumentParser:
         "one matrix each (planes and tiles only; default: separate)",
     )
     r.add_argument(
+        "--tp",
+        type=int,
+        metavar="G",
+        help="write the G tensor-parallel shards of the model (G >= 2) as OUT with .tp<G>-<rank> "
+        "before .gguf, cut along heads for one GPU each (planes and tiles only)",
+    )
+    r.add_argument(
         "--dry-run",
         action="store_true",
         help="check and convert everything, write nothing (an existing OUT is only noted)",
@@ -253,7 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
         "scales) and the same other tensors and metadata",
     )
     v.add_argument("original", metavar="ORIGINAL")
-    v.add_argument("repacked", metavar="REPACKED")
+    v.add_argument(
+        "repacked",
+        metavar="REPACKED",
+        nargs="+",
+        help="a repacked file, or every shard of a tensor-parallel set (any order)",
+    )
     v.set_defaults(func=_cmd_verify)
 
     d = sub.add_parser("demo", help="generate a small Bonsai-like model, repack, verify, report")

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -37,6 +37,7 @@ from .gguf_io import GGUFFile, OutTensor, Tensor
 from .gguf_types import I8, PQ2_0, type_name
 from .metadata import Member, WeightInfo
 from .rotation import Rotation
+from .tp import Split
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class Entry:
     stored: WeightInfo | None  # the stored tensor's (the fused matrix's, for a member)
     row0: int = 0
     fused: str | None = None
+    split: Split | None = None  # in a tensor-parallel shard: the part of the tensor it holds
 
     def slices(
         self, backend: weight_io.Backend, gf: GGUFFile, rows: int
@@ -61,6 +63,29 @@ class Entry:
         return weight_io.raw_slices(
             backend, gf, self.tensor, self.stored, rows, self.row0, self.info.n
         )
+
+    @property
+    def input_width(self) -> int | None:
+        """The width of the activation a weight reads as the model defines it (its K; for a
+        shard's part of a row-parallel weight, the whole weight's): the width whose rotation
+        signs it uses. None for a tensor that is not a weight."""
+        if self.info is None:
+            return None
+        return self.split.extent if self.split is not None and self.split.axis == 0 else self.info.k
+
+    def out_tensor(self) -> OutTensor:
+        """How a repack writes a tensor that is not a weight: as it is."""
+        t = self.tensor
+        return OutTensor(t.name, t.type_id, t.ne, t.nbytes)
+
+    def chunks(self, gf: GGUFFile) -> Iterator[np.ndarray]:
+        """The bytes of a tensor that is not a weight, weight_io.PASS_CHUNK at a time (each
+        chunk's pages dropped once the next is asked for)."""
+        t = self.tensor
+        for start in range(0, t.nbytes, weight_io.PASS_CHUNK):
+            stop = min(start + weight_io.PASS_CHUNK, t.nbytes)
+            yield gf.data(t, start, stop)
+            gf.release(t, start, stop)
 
     @property
     def nbytes(self) -> int:
@@ -138,6 +163,9 @@ def contents(gf: GGUFFile, check_bytes: bool = True) -> Contents:
         Entry(t.name, t, infos[t.name], infos[t.name]) for t in gf.tensors if t.name not in fused
     )
     entries = [e if e is not None else next(rest) for e in slots]
+    shard = metadata.shard_of(gf)
+    if shard is not None:
+        entries = [replace(e, split=_split_of(gf, e, *shard)) for e in entries]
     # The order the positions imply for this file: a fused tensor where its first member stood.
     implied: list[str] = []
     for e in entries:
@@ -150,6 +178,11 @@ def contents(gf: GGUFFile, check_bytes: bool = True) -> Contents:
             f"order (a fused tensor stands where its first member stood)"
         )
     return Contents(entries, fused)
+
+
+def _split_of(gf: GGUFFile, e: Entry, size: int, rank: int) -> Split | None:
+    ne = e.info.ne if e.info is not None else e.tensor.ne
+    return metadata.tensor_split(gf, e.name, tuple(ne), size, rank)
 
 
 # ---- which siblings --fuse writes as one tensor ---------------------------------------------
@@ -217,7 +250,7 @@ def plan_groups(
             f"({', '.join(ARCHITECTURES)}), and {gf.path} does not fit it: {e}"
         ) from None
     by_name = {e.name: e for e in entries}
-    widths = {e.name: e.info.k for e in entries if e.info is not None}
+    widths = {e.name: e.input_width for e in entries if e.input_width is not None}
     rotation = Rotation.from_file(gf, widths)
     groups, separate = [], []
     for group in sibling_groups(plan):
@@ -272,8 +305,7 @@ def output_plan(
     for e in entries:
         g = group_of.get(e.name)
         if e.info is None:
-            t = e.tensor
-            items.append(Output((e,), None, OutTensor(t.name, t.type_id, t.ne, t.nbytes)))
+            items.append(Output((e,), None, e.out_tensor()))
         elif g is None:
             items.append(Output((e,), e.info, stored_as(e.name, e.info, layout, rt)))
         elif g.name not in placed:

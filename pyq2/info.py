@@ -4,7 +4,8 @@
 into the text table. Long arrays (a tokenizer's vocabulary, the prism.hadamard sign vectors) are
 summarised by type and length, never dumped. Weights are described, not decoded. A fused
 tensor (pyq2.fuse) is listed with its members: the original tensors, the rows each takes and
-its place in the original file.
+its place in the original file. A tensor-parallel shard (pyq2.tp) says its rank and lists the
+part of each tensor it holds a part of.
 """
 
 from __future__ import annotations
@@ -15,9 +16,10 @@ from . import fuse, gguf_io
 from .errors import FormatError
 from .gguf_io import GGUFFile, GGUFValueType
 from .gguf_types import type_name
-from .metadata import KEY_FORMAT_VERSION, KEY_LAYOUT, TENSOR_KEY_PREFIX
+from .metadata import KEY_FORMAT_VERSION, KEY_LAYOUT, TENSOR_KEY_PREFIX, shard_of
 from .rotation import PREFIX as HADAMARD_PREFIX
 from .rotation import Rotation
+from .tp import Split
 
 _SHORT_ARRAY = 8  # arrays up to this many items are shown in full
 _STR_SHOW = 72  # characters of a long string value shown
@@ -40,15 +42,22 @@ def _value_summary(gf: GGUFFile, key: str) -> Any:
 
 def _rotation_summary(gf: GGUFFile, entries: list[fuse.Entry]) -> dict[str, Any] | None:
     """The rotation contract (rotation.py), or why pyq2 refuses it: info still shows the rest."""
-    widths = {}  # input widths K, of repacked and fused weights too (their logical shape)
+    widths: dict[str, Any] = {}  # input widths K (logical; a shard's: the whole weight's)
     for e in entries:
         if e.info is not None or e.tensor.ne:
-            widths[e.name] = e.info.k if e.info is not None else e.tensor.ne[0]
+            widths[e.name] = e.input_width if e.info is not None else e.tensor.ne[0]
     try:
         rot = Rotation.from_file(gf, widths)
     except FormatError as e:
         return {"invalid": str(e)}
     return rot.summary() if rot is not None else None
+
+
+def _held(split: Split) -> str:
+    """A shard's part of a tensor: `rows 0:512` or `cols 128:256`, pieces joined by ','."""
+    axis = "cols" if split.axis == 0 else "rows"
+    pieces = next(p for p in split.pieces if p)
+    return axis + " " + ",".join(f"{a}:{b}" for a, b in pieces) + f" of {split.extent}"
 
 
 def describe(path) -> dict[str, Any]:
@@ -60,6 +69,8 @@ def describe(path) -> dict[str, Any]:
             if k.startswith((HADAMARD_PREFIX, TENSOR_KEY_PREFIX)):
                 continue
             meta[k] = _value_summary(gf, k)
+        splits = {e.name: e.split for e in contents.entries if e.split is not None}
+        shard = shard_of(gf)
         tensors = []
         for t in gf.tensors:
             info = gf.weight_info(t)
@@ -77,6 +88,8 @@ def describe(path) -> dict[str, Any]:
                 )
                 if info.layout == "tiles":
                     row["rt"] = info.rt
+            if t.name in splits:
+                row["tp"] = _held(splits[t.name])
             if t.name in contents.fused:
                 row["members"] = [
                     {
@@ -109,6 +122,11 @@ def describe(path) -> dict[str, Any]:
             "prism_hadamard": _rotation_summary(gf, contents.entries),
             "weights": {"count": len(weights), "bytes": sum(r["bytes"] for r in weights)},
             "fused": {"count": len(contents.fused), "members": members},
+            "tp": (
+                {"size": shard[0], "rank": shard[1], "cut": len(splits)}
+                if shard is not None
+                else None
+            ),
             "metadata": meta,
             "tensors": tensors,
         }
@@ -152,6 +170,12 @@ def format_info(path_or_info) -> str:
             else ""
         )
     )
+    if d.get("tp"):
+        tp = d["tp"]
+        lines.append(
+            f"shard:     rank {tp['rank']} of {tp['size']} tensor-parallel shards; "
+            f"{tp['cut']} tensors hold a part of the model's (listed last)"
+        )
     lines.append("metadata:")
     for k, v in d["metadata"].items():
         lines.append(f"  {k} = {_show(v)}")
@@ -182,4 +206,9 @@ def format_info(path_or_info) -> str:
             lines.append(
                 f"    {m['name']:<{width}}  rows {span:<13} {shape:<11} tensor {m['position']}"
             )
+    tp_parts = [(t["name"], t["tp"]) for t in d["tensors"] if "tp" in t]
+    if tp_parts:
+        lines.append("tensor-parallel tp_parts (axis, ranges held, of the whole):")
+        pad = max(len(name) for name, _ in tp_parts)
+        lines += [f"  {name:<{pad}}  {held}" for name, held in tp_parts]
     return "\n".join(lines)

@@ -24,6 +24,15 @@ sibling weights one after another; four more keys say how to split it:
 
 A member's original type is the fused tensor's source_type and its shape [K, member rows].
 
+A shard of a tensor-parallel set (`pyq2 repack --tp G`, pyq2.tp) says which it is, and per tensor
+it holds a part of (the plan's Split; a fused member's keys are under the member's name):
+
+    pyq2.tp.size                   u32     G
+    pyq2.tp.rank                   u32     this shard's rank, 0..G-1
+    pyq2.tensor.<name>.tp_axis     u32     the gguf axis cut: 0 input columns, 1 output rows
+    pyq2.tensor.<name>.tp_extent   u64     the whole tensor's size along it
+    pyq2.tensor.<name>.tp_pieces   u64[]   start, stop of each range held, in order
+
 The pyq2.* keys follow all of the source's keys, which keep their order, types and bytes. Layout
 `raw` writes plain PQ2_0 tensors (type 142, the logical shape) and no pyq2.* keys, so repacking
 a planes/tiles file back to raw restores the original tensor bytes exactly when the source was
@@ -48,6 +57,7 @@ from . import layouts
 from .errors import FormatError
 from .formats import PQ2_BLOCK_WEIGHTS
 from .gguf_types import I8, PQ2_FAMILY, type_name
+from .tp import Split
 
 FORMAT_VERSION = 2  # PQ2_FORMAT_VERSION of native/include/pq2.h (a test checks the two agree)
 
@@ -58,6 +68,10 @@ TENSOR_KEY_PREFIX = KEY_PREFIX + "tensor."
 
 # The keys of a fused tensor, in file order (after its layout, rt, shape, source_type).
 MEMBER_ATTRS = ("members", "member_offsets", "member_rows", "member_positions")
+
+KEY_TP_SIZE = KEY_PREFIX + "tp.size"
+KEY_TP_RANK = KEY_PREFIX + "tp.rank"
+SPLIT_ATTRS = ("tp_axis", "tp_extent", "tp_pieces")  # per tensor of a shard, in file order
 
 # The layouts stored as I8 bytes plus metadata; raw weights stay plain ggml tensors.
 STORED_LAYOUTS = tuple(name for name in layouts.LAYOUT_NAMES if name != "raw")
@@ -259,4 +273,71 @@ def key_values(
                 (tensor_key(name, "member_rows"), array, [m.rows for m in members], u64),
                 (tensor_key(name, "member_positions"), array, [m.position for m in members], u64),
             ]
+    return items
+
+
+def shard_of(kv: KeyValues) -> tuple[int, int] | None:
+    """(G, rank) of a tensor-parallel shard, None for a whole model. FormatError for keys that
+    are not a rank below a size of at least 2."""
+    if not (kv.has(KEY_TP_SIZE) or kv.has(KEY_TP_RANK)):
+        return None
+    size, rank = kv.value(KEY_TP_SIZE), kv.value(KEY_TP_RANK)
+    if not _uints([size, rank]) or not 2 <= size or not rank < size:
+        raise FormatError(
+            f"{kv.path}: {KEY_TP_SIZE} = {size!r} and {KEY_TP_RANK} = {rank!r} are not a "
+            f"tensor-parallel size of at least 2 and a rank below it"
+        )
+    return size, rank
+
+
+def tensor_split(
+    kv: KeyValues, name: str, ne: tuple[int, ...], size: int, rank: int
+) -> Split | None:
+    """The part of tensor `name` (held as shape ne) a shard holds, None when it holds it whole.
+    The Split has this rank's pieces only, at index `rank` (the others empty). FormatError for
+    keys that are incomplete, of the wrong type, or disagree with each other or with ne."""
+    present = [a for a in SPLIT_ATTRS if kv.has(tensor_key(name, a))]
+    if not present:
+        return None
+    where = f"{kv.path}: tensor '{name}'"
+    if len(present) < len(SPLIT_ATTRS):
+        missing = [tensor_key(name, a) for a in SPLIT_ATTRS if a not in present]
+        raise FormatError(f"{where}: incomplete tensor-parallel metadata (no {', '.join(missing)})")
+    axis, extent, flat = (kv.value(tensor_key(name, a)) for a in SPLIT_ATTRS)
+    if not _uints([axis, extent]) or axis >= max(len(ne), 1) or not _uints(flat) or len(flat) % 2:
+        raise FormatError(
+            f"{where}: bad tensor-parallel metadata axis={axis!r} extent={extent!r} "
+            f"pieces={flat!r} (an axis of the tensor, a size, start/stop pairs)"
+        )
+    pieces = tuple(zip(flat[0::2], flat[1::2], strict=True))
+    end = -1
+    for a, b in pieces:
+        if not end <= a < b <= extent:
+            raise FormatError(
+                f"{where}: tensor-parallel piece [{a}, {b}) is empty, out of order or beyond "
+                f"the extent {extent}"
+            )
+        end = b
+    held = sum(b - a for a, b in pieces)
+    if held != ne[axis]:
+        raise FormatError(
+            f"{where}: its tensor-parallel pieces hold {held} along axis {axis}, the tensor "
+            f"{ne[axis]}"
+        )
+    return Split(axis, extent, tuple(pieces if r == rank else () for r in range(size)))
+
+
+def split_key_values(
+    size: int, rank: int, splits: Iterable[tuple[str, Split]]
+) -> list[tuple[Any, ...]]:
+    """The pyq2.tp.* keys of shard `rank` of `size` and the split keys of each (name, Split)."""
+    u32, u64, array = GGUFValueType.UINT32, GGUFValueType.UINT64, GGUFValueType.ARRAY
+    items: list[tuple[Any, ...]] = [(KEY_TP_SIZE, u32, size), (KEY_TP_RANK, u32, rank)]
+    for name, split in splits:
+        flat = [x for piece in split.pieces[rank] for x in piece]
+        items += [
+            (tensor_key(name, "tp_axis"), u32, split.axis),
+            (tensor_key(name, "tp_extent"), u64, split.extent),
+            (tensor_key(name, "tp_pieces"), array, flat, u64),
+        ]
     return items

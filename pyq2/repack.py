@@ -21,6 +21,7 @@ pyq2.verify proves a repacked file holds the same weights as its source.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -29,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import formats, gguf_io, layouts, metadata, output, weight_io
+from . import formats, gguf_io, layouts, metadata, output, shard, weight_io
 from . import fuse as fuse_mod
 from .errors import FormatError, RepackError
 from .fuse import Entry
@@ -58,6 +59,7 @@ class Summary:
     fused: int = 0  # fused tensors written
     fused_members: int = 0  # the weights they hold
     separate: list[str] = field(default_factory=list)  # sibling groups --fuse left apart, why
+    shards: list[str] = field(default_factory=list)  # the files of a --tp set, by rank
 
     @property
     def mb_per_s(self) -> float:
@@ -79,8 +81,12 @@ class Summary:
                     layout += f", {n} sibling group{' stays' if n == 1 else 's stay'} separate"
         if self.dry_run and self.out_exists:
             layout += "; it exists: " + ("--force replaces it" if self.force else "needs --force")
+        where = self.out_path
+        if self.shards:
+            where = ", ".join(self.shards)
+            layout += f"; {len(self.shards)} tensor-parallel shards, counts summed over them"
         return (
-            f"{what} {self.out_path} ({layout}): {self.converted} tensors converted, "
+            f"{what} {where} ({layout}): {self.converted} tensors converted, "
             f"{self.passed} passed through; {self.bytes_in / 1e6:.1f} MB in, "
             f"{self.bytes_out / 1e6:.1f} MB out, {self.seconds:.2f} s, "
             f"{self.mb_per_s:.1f} MB/s [{self.backend}]"
@@ -122,6 +128,83 @@ def convert_weight(
             scale_parts.append(np.array(out[code_bytes:]))
             del out, raw
     yield from scale_parts
+
+
+def _write(
+    gf: GGUFFile,
+    entries: Sequence[Entry],
+    records: list[bytes],
+    summary: Summary,
+    ops: Backend,
+    staged: str | None,
+    progress: Progress | None,
+    notice: output.Notice | None,
+) -> None:
+    """Write the tensors `entries` (the original tensors, or a shard's parts of them) and the
+    key/value records (then pyq2's own) as one file to `staged`; None: a dry run."""
+    layout, rt = summary.layout, summary.rt
+    groups: list[fuse_mod.Group] = []
+    if summary.fuse:
+        groups, separate = fuse_mod.plan_groups(gf, entries, layout, rt)
+        for line in separate:
+            if line not in summary.separate:
+                summary.separate.append(line)
+                if notice:
+                    notice(f"--fuse: {line}")
+    plan = fuse_mod.output_plan(entries, groups, layout, rt)
+    weights = [(it.out.name, it.info) for it in plan if it.info is not None]
+    if layout != "raw" and weights:
+        # A file without PQ2-family weights stays a plain GGUF file, identical to IN.
+        fused = {it.out.name: it.members for it in plan if it.members}
+        kvs = metadata.key_values(layout, rt, weights, fused)
+        records = records + [gguf_io.encode_kv(*kv) for kv in kvs]
+    outs = [it.out for it in plan]
+    total = sum(e.nbytes for e in entries)
+    done = 0
+
+    def tensor_data(i: int, out: OutTensor) -> Iterator:
+        nonlocal done
+        item = plan[i]
+        if item.info is None:
+            for chunk in item.parts[0].chunks(gf):
+                yield chunk
+                done += len(chunk)
+                if progress:
+                    progress(done, total, out.name)
+            if out.nbytes == 0:
+                yield b""
+            summary.passed += 1
+            return
+        yield from convert_weight(ops, gf, item.parts, layout, rt)
+        done += sum(e.nbytes for e in item.parts)
+        summary.converted += len(item.parts)
+        if item.members:
+            summary.fused += 1
+            summary.fused_members += len(item.members)
+        if progress:
+            progress(done, total, out.name)
+
+    try:
+        if staged is None:
+            for i, out in enumerate(outs):
+                for chunk in tensor_data(i, out):
+                    del chunk
+            summary.bytes_out += gguf_io.file_size(records, outs, gf.alignment, gf.version)
+        else:
+            summary.bytes_out += gguf_io.write_gguf(
+                staged, records, outs, tensor_data, alignment=gf.alignment, version=gf.version
+            )
+    except FormatError as e:
+        if not str(e).startswith(gf.path):
+            raise FormatError(f"{gf.path}: {e}") from None
+        raise
+
+
+def shard_paths(out_path: str, g: int) -> list[str]:
+    """The files of a G-shard set written to OUT: OUT with .tp<G>-<rank> before its .gguf
+    suffix (model.gguf: model.tp2-0.gguf, model.tp2-1.gguf)."""
+    stem = out_path.removesuffix(".gguf")
+    return [f"{stem}.tp{g}-{rank}.gguf" for rank in range(g)]
 
 
 def default_out_path(in_path, layout: str, fused: bool = False) -> Path:
@@ -166,14 +249,18 @@ def repack(
     backend: str = "auto",
     notice: output.Notice | None = None,
     fuse: bool = False,
+    tp: int = 0,
 ) -> Summary:
     """Convert every PQ2-family weight of IN to `layout` and write OUT (see the module doc);
-    with `fuse`, sibling projections as fused tensors (planes and tiles only).
+    with `fuse`, sibling projections as fused tensors (planes and tiles only); with `tp` = G
+    (at least 2), the G tensor-parallel shards of the model (pyq2.tp) as G files named
+    shard_paths(OUT, G), each converted (and fused) as a whole file would be.
 
     OUT is written through pyq2.output.atomic_output: it appears complete or not at all; without
-    `force` an existing OUT is refused, even one that appears while the repack runs. `notice`
-    receives one line per stale temporary of an interrupted earlier run that is removed, and one
-    per sibling group `fuse` leaves separate.
+    `force` an existing OUT is refused, even one that appears while the repack runs. The shards
+    are staged together and appear together, none when any fails. `notice` receives one line
+    per stale temporary of an interrupted earlier run that is removed, and one per sibling group
+    `fuse` leaves separate.
     """
     t0 = time.perf_counter()
     if layout not in layouts.LAYOUT_NAMES:
@@ -185,6 +272,10 @@ def repack(
             "--fuse writes fused tensors in the planes or tiles layout; the raw layout gives "
             "back the original tensors (repack a fused file with --layout raw to split it)"
         )
+    if tp and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 2):
+        raise RepackError(f"--tp {tp!r}: a tensor-parallel set has 2 or more shards")
+    if tp and layout == "raw":
+        raise RepackError("--tp writes shards in the planes or tiles layout, not raw")
     if layout == "tiles":
         try:
             layouts.check_rt(rt)
@@ -195,7 +286,10 @@ def repack(
     if out_path is None:
         out_path = default_out_path(in_path, layout, fuse)
     out_path = os.fspath(out_path)
-    out_exists = _check_paths(in_path, out_path, force, dry_run, layout)
+    paths = shard_paths(out_path, tp) if tp else [out_path]
+    out_exists = False
+    for path in paths:
+        out_exists |= _check_paths(in_path, path, force, dry_run, layout)
     ops = Backend(backend)
     summary = Summary(
         in_path,
@@ -207,73 +301,30 @@ def repack(
         out_exists=out_exists,
         force=force,
         fuse=fuse,
+        shards=paths if tp else [],
     )
 
     with gguf_io.open_gguf(in_path) as gf:
-        entries = fuse_mod.contents(gf).entries
-        groups: list[fuse_mod.Group] = []
-        if fuse:
-            groups, summary.separate = fuse_mod.plan_groups(gf, entries, layout, rt)
-            for line in summary.separate:
-                if notice:
-                    notice(f"--fuse: {line}")
-        plan = fuse_mod.output_plan(entries, groups, layout, rt)
+        if metadata.shard_of(gf) is not None:
+            raise RepackError(
+                f"{gf.path} is a tensor-parallel shard; shards are written from the whole "
+                f"model (pyq2 repack --tp G MODEL)"
+            )
+        contents = fuse_mod.contents(gf)
         records = [gf.kv_record(k) for k in gf.keys() if not k.startswith(metadata.KEY_PREFIX)]
-        weights = [(it.out.name, it.info) for it in plan if it.info is not None]
-        if layout != "raw" and weights:
-            # A file without PQ2-family weights stays a plain GGUF file, identical to IN.
-            fused = {it.out.name: it.members for it in plan if it.members}
-            kvs = metadata.key_values(layout, rt, weights, fused)
-            records += [gguf_io.encode_kv(*kv) for kv in kvs]
-        outs = [it.out for it in plan]
-        total = sum(t.nbytes for t in gf.tensors)
-        done = 0
-
-        def tensor_data(i: int, out: OutTensor) -> Iterator:
-            nonlocal done
-            item = plan[i]
-            if item.info is None:
-                t = item.parts[0].tensor
-                for start in range(0, t.nbytes, weight_io.PASS_CHUNK):
-                    stop = min(start + weight_io.PASS_CHUNK, t.nbytes)
-                    yield gf.data(t, start, stop)
-                    gf.release(t, start, stop)
-                    done += stop - start
-                    if progress:
-                        progress(done, total, t.name)
-                if t.nbytes == 0:
-                    yield b""
-                summary.passed += 1
-                return
-            yield from convert_weight(ops, gf, item.parts, layout, rt)
-            done += sum(e.nbytes for e in item.parts)
-            summary.converted += len(item.parts)
-            if item.members:
-                summary.fused += 1
-                summary.fused_members += len(item.members)
-            if progress:
-                progress(done, total, out.name)
-
-        try:
-            if dry_run:
-                for i, out in enumerate(outs):
-                    for chunk in tensor_data(i, out):
-                        del chunk
-                summary.bytes_out = gguf_io.file_size(records, outs, gf.alignment, gf.version)
-            else:
-                with output.atomic_output(out_path, force, notice) as staged:
-                    summary.bytes_out = gguf_io.write_gguf(
-                        staged,
-                        records,
-                        outs,
-                        tensor_data,
-                        alignment=gf.alignment,
-                        version=gf.version,
-                    )
-        except FormatError as e:
-            if not str(e).startswith(gf.path):
-                raise FormatError(f"{gf.path}: {e}") from None
-            raise
+        files = [(contents.entries, records)]
+        if tp:
+            splits = shard.plan_of_file(gf, contents, tp)
+            files = []
+            for rank in range(tp):
+                entries = shard.shard_entries(gf, contents, splits, rank)
+                files.append((entries, records + shard.split_records(entries, tp, rank)))
+        with contextlib.ExitStack() as stack:  # every file appears when all are written
+            for path, (entries, recs) in zip(paths, files, strict=True):
+                staged = None
+                if not dry_run:
+                    staged = stack.enter_context(output.atomic_output(path, force, notice))
+                _write(gf, entries, recs, summary, ops, staged, progress, notice)
         summary.bytes_in = gf.size
     summary.seconds = time.perf_counter() - t0
     return summary

@@ -1,4 +1,4 @@
-"""Prove that two GGUF files hold the same model: `pyq2 verify ORIGINAL REPACKED`.
+"""Prove that two GGUF files hold the same model: `pyq2 verify ORIGINAL REPACKED [...]`.
 
 Every PQ2-family weight of both files is decoded to raw PQ2_0 blocks, whatever its stored type
 or layout, and compared code for code and scale for scale; every other tensor is compared byte
@@ -8,18 +8,29 @@ reported by tensor, row and column (or block, for a scale). A file with fused te
 tensor of that name in the other file. Both files are read a slice of rows (weights) or a chunk
 (other tensors) at a time and the pages read are dropped, so memory stays near a few slices
 whatever the size of the files.
+
+Given the shards of a tensor-parallel set (pyq2.tp, `pyq2 repack --tp G`), in any order, it
+checks that they are ranks 0..G-1 of one G, that each records exactly the parts of each tensor
+that the plan of the original gives its rank, and compares each shard with those parts of the
+original as above.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 
 import numpy as np
 
-from . import fuse, gguf_io, weight_io
+from . import fuse, gguf_io, shard, weight_io
+from .errors import RepackError
 from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS, pq2_unpack
+from .fuse import Entry
 from .gguf_io import GGUFFile, Tensor
-from .metadata import KEY_PREFIX
+from .metadata import KEY_PREFIX, shard_of, tensor_split
+from .shard import ShardEntry
+from .tp import Split
 from .weight_io import Backend, stored_tile_rows
 
 
@@ -31,6 +42,7 @@ class VerifyResult:
     fused: int = 0  # of them, rows of a fused tensor in either file
     others: int = 0  # other tensors compared byte for byte
     n_weights: int = 0  # individual weights compared
+    shards: int = 0  # tensor-parallel shards compared (0: one whole file)
 
 
 def _first_block_mismatch(name: str, a: np.ndarray, b: np.ndarray, k: int, row0: int) -> str:
@@ -81,69 +93,152 @@ def _compare_metadata(fa: GGUFFile, fb: GGUFFile) -> str | None:
     return None
 
 
+def _compare_entry(
+    ops: Backend, a: Entry, fa: GGUFFile, b: Entry, fb: GGUFFile, res: VerifyResult
+) -> str | None:
+    """Compare what entry a of fa should hold with entry b of fb (same name); counts in res."""
+    ta, tb = a.tensor, b.tensor
+    wa, wb = a.info, b.info
+    if wa is None or wb is None:
+        if wa is not None or wb is not None:
+            shape_a = list(a.out_tensor().ne) if wa is None else list(wa.ne)
+            shape_b = list(tb.ne) if wb is None else list(wb.ne)
+            return (
+                f"tensor '{a.name}' is {ta.type_name} {shape_a} in {fa.path} "
+                f"but {tb.type_name} {shape_b} in {fb.path}"
+            )
+        out_a = a.out_tensor()
+        if (out_a.type_id, tuple(out_a.ne)) != (tb.type_id, tuple(tb.ne)):
+            return (
+                f"tensor '{a.name}': {ta.type_name} {list(out_a.ne)} vs {tb.type_name} "
+                f"{list(tb.ne)}"
+            )
+        if isinstance(a, ShardEntry):  # a small per-head tensor, compared whole
+            bytes_a = np.concatenate(list(a.chunks(fa)))
+            bytes_b = np.concatenate([c for c in b.chunks(fb)] or [np.zeros(0, np.uint8)])
+            if not np.array_equal(bytes_a, bytes_b):
+                off = int(np.argmax(bytes_a != bytes_b))
+                return f"tensor '{a.name}' ({ta.type_name}): bytes differ at offset {off}"
+        else:
+            msg = _compare_bytes(fa, ta, fb, tb)
+            if msg:
+                return msg
+        res.others += 1
+        return None
+    if wa.ne != wb.ne:
+        return f"tensor '{a.name}': logical shape {list(wa.ne)} vs {list(wb.ne)}"
+    # The same rows from both files (the shapes are equal), on the tiles of both.
+    rows = weight_io.slice_rows(wa.k, stored_tile_rows(wa), stored_tile_rows(wb))
+    slices_a, slices_b = a.slices(ops, fa, rows), b.slices(ops, fb, rows)
+    for (r0, ra), (_, rb) in zip(slices_a, slices_b, strict=True):
+        if not np.array_equal(ra, rb):
+            places = [f"{e.place} in {f.path}" for e, f in ((a, fa), (b, fb)) if e.fused]
+            return _first_block_mismatch(a.name, np.asarray(ra), np.asarray(rb), wa.k, r0) + (
+                f" ({'; '.join(places)})" if places else ""
+            )
+    res.weights += 1
+    res.fused += bool(a.fused or b.fused)
+    res.n_weights += wa.n * wa.k
+    return None
+
+
+def _compare_file(
+    ops: Backend, fa: GGUFFile, entries_a: list[Entry], fb: GGUFFile, res: VerifyResult
+) -> str | None:
+    """Compare fb with what it should hold (entries_a of fa: the original tensors, or a shard's
+    parts of them); the first difference, or None."""
+    by_name_b = fuse.contents(fb).by_name()
+    names_a = [e.name for e in entries_a]
+    for n in names_a:
+        if n not in by_name_b:
+            return f"tensor '{n}' is missing from {fb.path}"
+    extra = set(by_name_b) - set(names_a)
+    if extra:
+        return f"tensor '{sorted(extra)[0]}' of {fb.path} is not in {fa.path}"
+    msg = _compare_metadata(fa, fb)
+    if msg:
+        return msg
+    for a in entries_a:
+        msg = _compare_entry(ops, a, fa, by_name_b[a.name], fb, res)
+        if msg:
+            return msg
+    return None
+
+
+def _shard_entries(
+    fa: GGUFFile, contents: fuse.Contents, shards: list[GGUFFile]
+) -> list[list[Entry]] | str:
+    """Per shard file (in the order given), what it should hold: its rank's parts of fa's
+    tensors; or a message saying why the files are not one complete set of fa's shards, or
+    where a shard's recorded parts differ from the plan."""
+    ranks = []
+    for fb in shards:
+        sh = shard_of(fb)
+        if sh is None:
+            return f"{fb.path} is not a tensor-parallel shard; give one file or all shards"
+        ranks.append(sh)
+    g = ranks[0][0]
+    if any(size != g for size, _ in ranks) or sorted(r for _, r in ranks) != list(range(g)):
+        given = ", ".join(f"{r} of {size}" for size, r in ranks)
+        return f"the shards given are ranks {given}; a set is ranks 0..{g - 1} of {g}, each once"
+    try:
+        plan = shard.plan_of_file(fa, contents, g)
+    except RepackError as err:
+        return str(err)
+    out = []
+    for fb, (_, rank) in zip(shards, ranks, strict=True):
+        expected = shard.shard_entries(fa, contents, plan, rank)
+        for held in fuse.contents(fb).entries:
+            ne = held.info.ne if held.info is not None else held.tensor.ne
+            got = tensor_split(fb, held.name, tuple(ne), g, rank)
+            want = plan.split(held.name)
+            if _held(got, rank) != _held(want, rank):
+                return (
+                    f"tensor '{held.name}' of {fb.path} (rank {rank}) holds "
+                    f"{_held(got, rank)}; the plan of {fa.path} over {g} GPUs gives "
+                    f"{_held(want, rank)}"
+                )
+        out.append(expected)
+    return out
+
+
+def _held(split: Split | None, rank: int) -> str:
+    if split is None:
+        return "the whole tensor"
+    pieces = ", ".join(f"[{a}, {b})" for a, b in split.pieces[rank])
+    return f"{pieces} of {split.extent} along axis {split.axis}"
+
+
 def verify(original, repacked, backend: str = "auto") -> VerifyResult:
-    """Decode every weight of both files and compare; compare everything else byte for byte."""
+    """Decode every weight of both files and compare; compare everything else byte for byte.
+    `repacked` may also be a list of files: one, or every shard of a tensor-parallel set (any
+    order), each compared with its rank's parts of the original (pyq2.tp)."""
     ops = Backend(backend)
     res = VerifyResult(True, "")
-
-    def fail(msg: str) -> VerifyResult:
-        res.ok, res.message = False, msg
-        return res
-
-    with gguf_io.open_gguf(original) as fa, gguf_io.open_gguf(repacked) as fb:
-        entries_a = fuse.contents(fa).entries
-        by_name_b = fuse.contents(fb).by_name()
-        names_a = [e.name for e in entries_a]
-        for n in names_a:
-            if n not in by_name_b:
-                return fail(f"tensor '{n}' is missing from {fb.path}")
-        extra = set(by_name_b) - set(names_a)
-        if extra:
-            return fail(f"tensor '{sorted(extra)[0]}' of {fb.path} is not in {fa.path}")
-        msg = _compare_metadata(fa, fb)
+    paths = [repacked] if isinstance(repacked, (str, os.PathLike)) else list(repacked)
+    with gguf_io.open_gguf(original) as fa, contextlib.ExitStack() as stack:
+        files = [stack.enter_context(gguf_io.open_gguf(p)) for p in paths]
+        contents = fuse.contents(fa)
+        if shard_of(fa) is not None:
+            msg: str | None = f"{fa.path} is a shard; the original is the whole model"
+        elif len(files) == 1 and shard_of(files[0]) is None:
+            msg = _compare_file(ops, fa, contents.entries, files[0], res)
+        else:
+            expected = _shard_entries(fa, contents, files)
+            if isinstance(expected, str):
+                msg = expected
+            else:
+                msg = None
+                for fb, entries in zip(files, expected, strict=True):
+                    msg = msg or _compare_file(ops, fa, entries, fb, res)
+                res.shards = len(files)
         if msg:
-            return fail(msg)
-
-        for a in entries_a:
-            b = by_name_b[a.name]
-            ta, tb = a.tensor, b.tensor
-            wa, wb = a.info, b.info
-            if wa is None or wb is None:
-                if wa is not None or wb is not None:
-                    shape_a = list(ta.ne) if wa is None else list(wa.ne)
-                    shape_b = list(tb.ne) if wb is None else list(wb.ne)
-                    return fail(
-                        f"tensor '{a.name}' is {ta.type_name} {shape_a} in {fa.path} "
-                        f"but {tb.type_name} {shape_b} in {fb.path}"
-                    )
-                if (ta.type_id, ta.ne) != (tb.type_id, tb.ne):
-                    return fail(
-                        f"tensor '{ta.name}': {ta.type_name} {list(ta.ne)} vs "
-                        f"{tb.type_name} {list(tb.ne)}"
-                    )
-                msg = _compare_bytes(fa, ta, fb, tb)
-                if msg:
-                    return fail(msg)
-                res.others += 1
-                continue
-            if wa.ne != wb.ne:
-                return fail(f"tensor '{a.name}': logical shape {list(wa.ne)} vs {list(wb.ne)}")
-            # The same rows from both files (the shapes are equal), on the tiles of both.
-            rows = weight_io.slice_rows(wa.k, stored_tile_rows(wa), stored_tile_rows(wb))
-            slices_a, slices_b = a.slices(ops, fa, rows), b.slices(ops, fb, rows)
-            for (r0, ra), (_, rb) in zip(slices_a, slices_b, strict=True):
-                if not np.array_equal(ra, rb):
-                    places = [f"{e.place} in {f.path}" for e, f in ((a, fa), (b, fb)) if e.fused]
-                    return fail(
-                        _first_block_mismatch(a.name, np.asarray(ra), np.asarray(rb), wa.k, r0)
-                        + (f" ({'; '.join(places)})" if places else "")
-                    )
-            res.weights += 1
-            res.fused += bool(a.fused or b.fused)
-            res.n_weights += wa.n * wa.k
+            res.ok, res.message = False, msg
+            return res
     fused = f", {res.fused} of them rows of fused tensors" if res.fused else ""
+    where = f" in {res.shards} tensor-parallel shards" if res.shards else ""
     res.message = (
-        f"identical: {res.weights} weight tensors ({res.n_weights} weights, codes and "
+        f"identical{where}: {res.weights} weight tensors ({res.n_weights} weights, codes and "
         f"scales{fused}) and {res.others} other tensors match, metadata matches"
     )
     return res

@@ -1,0 +1,279 @@
+"""Tensor parallelism: how the tensors of a qwen35 model split over G GPUs of one host.
+
+Rank r of G holds a shard: every tensor of the model, each either whole (replicated) or the
+rank's part of it, cut along one axis (`Split`):
+
+- column-parallel, cut along the output rows (gguf axis 1): the projections that read the
+  normed residual stream (attention q/k/v, Gated-DeltaNet qkv and gate, FFN gate and up), the
+  recurrence's per-head tensors that follow them (ssm_alpha, ssm_beta, ssm_conv1d, ssm_a,
+  ssm_dt.bias) and the output head (its vocabulary rows: a host gathers the logits);
+- row-parallel, cut along the input columns (axis 0): attn_output, ssm_out, ffn_down. A rank's
+  product is a partial sum over its columns; a host all-reduces it before the residual add;
+- replicated: the embedding, the norms, attn_q_norm / attn_k_norm / ssm_norm.
+
+A rank takes whole heads, so that the mixer between its column- and row-parallel projections
+needs nothing from another rank: whole query heads with the K/V heads they read (two ranks whose
+query heads share a K/V head both hold it), whole Gated-DeltaNet K heads with their V heads
+(in the tiled V-head order of the qkv rows; FORMATS.md, the rotation's `gdn_v_grouped`). Its
+columns of a row-parallel input are whole 128-groups and, for a folded weight, whole rotation
+blocks: the rank rotates and quantises its slice alone, with its slice of the width's signs, and
+gets the same Q8 values as the whole activation has there. The smallest such piece is a unit;
+units go to ranks as evenly as possible, the first ranks taking one more when G does not divide
+them (the 27B's FFN, 17 blocks of 1024, splits 9 + 8 over 2 GPUs). A layer with fewer units than
+G is refused, with the unit and what makes it that size.
+
+`shard_plan` computes the plan from a file's tensor shapes, keys, decode plan and rotation
+contract; pyq2.shard writes the shards, pyq2.verify checks them against the original, and
+pyq2.metadata holds the keys that record a shard's part of each tensor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .arch import KeyValues, Plan
+from .errors import FormatError
+from .formats import PQ2_BLOCK_WEIGHTS
+from .rotation import Rotation
+
+Range = tuple[int, int]  # [start, stop) along a split's axis
+
+HEAD_ROWS_UNIT = 64  # the output head's vocabulary rows go out in multiples of this (whole tiles)
+
+
+@dataclass(frozen=True)
+class Split:
+    """One tensor cut along `axis` (gguf order: 0 the input columns K, 1 the output rows N; 0
+    for a 1-D tensor) of extent `extent`: rank r holds the ranges pieces[r], one after another."""
+
+    axis: int
+    extent: int
+    pieces: tuple[tuple[Range, ...], ...]
+
+    def size(self, rank: int) -> int:
+        return sum(b - a for a, b in self.pieces[rank])
+
+    def shape(self, ne: tuple[int, ...], rank: int) -> tuple[int, ...]:
+        """The rank's part of a tensor of shape ne (gguf order)."""
+        out = list(ne)
+        out[self.axis] = self.size(rank)
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    size: int  # G
+    splits: dict[str, Split]  # the tensors cut; every other tensor is whole on every rank
+
+    def split(self, name: str) -> Split | None:
+        return self.splits.get(name)
+
+
+def _merge(ranges: list[Range]) -> tuple[Range, ...]:
+    """The ranges with adjacent ones joined."""
+    out: list[Range] = []
+    for a, b in ranges:
+        if out and out[-1][1] == a:
+            out[-1] = (out[-1][0], b)
+        else:
+            out.append((a, b))
+    return tuple(out)
+
+
+def unit_ranges(n_units: int, g: int) -> list[Range]:
+    """Units [u0, u1) of each of g ranks: as even as possible, the first ranks one more."""
+    base, extra = divmod(n_units, g)
+    out, u = [], 0
+    for r in range(g):
+        n = base + (r < extra)
+        out.append((u, u + n))
+        u += n
+    return out
+
+
+def _units_of(item: int, align: int) -> int:
+    """The fewest items of width `item` whose total is a multiple of `align`."""
+    return align // math.gcd(item, align)
+
+
+class _Planner:
+    def __init__(
+        self, ne: Mapping[str, tuple[int, ...]], rotation: Rotation | None, g: int, where: str
+    ):
+        self.ne, self.rotation, self.g, self.where = ne, rotation, g, where
+        self.splits: dict[str, Split] = {}
+
+    def align(self, weight: str) -> tuple[int, str]:
+        """Columns a row-parallel input of `weight` is cut at a multiple of, and why."""
+        rot = self.rotation
+        if rot is not None and rot.folds(weight):
+            return math.lcm(PQ2_BLOCK_WEIGHTS, rot.block), (
+                f"whole 128-groups and rotation blocks of {rot.block}"
+            )
+        return PQ2_BLOCK_WEIGHTS, "whole 128-groups"
+
+    def expect(self, name: str, axis: int, want: int, what: str) -> None:
+        got = self.ne[name][axis] if axis < len(self.ne[name]) else None
+        if got != want:
+            raise FormatError(
+                f"{self.where}: '{name}' has {got} {'rows' if axis else 'columns'}, "
+                f"but {what} gives {want}"
+            )
+
+    def ranks(self, n_units: int, unit: str, why: str) -> list[Range]:
+        if n_units < self.g:
+            raise FormatError(
+                f"{self.where}: cannot split over {self.g} GPUs: {unit} ({why}) gives only "
+                f"{n_units} unit{'s' if n_units != 1 else ''}"
+            )
+        return unit_ranges(n_units, self.g)
+
+    def add(self, name: str, axis: int, pieces: list[list[Range]]) -> None:
+        extent = self.ne[name][axis]
+        self.splits[name] = Split(axis, extent, tuple(_merge(p) for p in pieces))
+
+    def attention(self, b: str, n_head: int, n_kv: int) -> None:
+        out = b + "attn_output.weight"
+        k = self.ne[out][0]
+        if k % n_head:
+            raise FormatError(f"{self.where}: '{out}' has {k} columns for {n_head} query heads")
+        hd = k // n_head
+        self.expect(b + "attn_q.weight", 1, 2 * n_head * hd, "2 x heads x head width")
+        for s in ("attn_k", "attn_v"):
+            self.expect(b + s + ".weight", 1, n_kv * hd, "K/V heads x head width")
+        align, why = self.align(out)
+        u = _units_of(hd, align)
+        if n_head % u:
+            raise FormatError(
+                f"{self.where}: {n_head} query heads of width {hd} do not make whole units of "
+                f"{u} heads ({why})"
+            )
+        group = n_head // n_kv
+        q, kv, cols = [], [], []
+        for u0, u1 in self.ranks(n_head // u, f"attention in units of {u} query heads", why):
+            h0, h1 = u0 * u, u1 * u
+            kv0, kv1 = h0 // group, (h1 - 1) // group + 1
+            q.append([(h0 * 2 * hd, h1 * 2 * hd)])
+            kv.append([(kv0 * hd, kv1 * hd)])
+            cols.append([(h0 * hd, h1 * hd)])
+        self.add(b + "attn_q.weight", 1, q)
+        self.add(b + "attn_k.weight", 1, kv)
+        self.add(b + "attn_v.weight", 1, kv)
+        self.add(out, 0, cols)
+
+    def recurrence(self, b: str, v_heads: int, k_heads: int) -> None:
+        out = b + "ssm_out.weight"
+        k = self.ne[out][0]
+        if k % v_heads:
+            raise FormatError(f"{self.where}: '{out}' has {k} columns for {v_heads} V heads")
+        hd, rep = k // v_heads, v_heads // k_heads
+        qk = k_heads * hd
+        self.expect(b + "attn_qkv.weight", 1, 2 * qk + k, "Q, K of the K heads and V")
+        self.expect(b + "attn_gate.weight", 1, k, "V heads x head width")
+        for s in ("ssm_alpha.weight", "ssm_beta.weight", "ssm_conv1d.weight"):
+            if b + s in self.ne:
+                want = 2 * qk + k if s == "ssm_conv1d.weight" else v_heads
+                self.expect(b + s, 1, want, "the qkv channels" if want != v_heads else "V heads")
+        for s in ("ssm_a", "ssm_dt.bias"):
+            if b + s in self.ne:
+                self.expect(b + s, 0, v_heads, "V heads")
+        grouped = self.rotation is not None and self.rotation.gdn_v_grouped
+        align, why = self.align(out)
+        if grouped:  # a rank's columns: its K heads' rep V heads each, one range
+            u = _units_of(rep * hd, align)
+        else:  # rep ranges of its K heads' V heads, each aligned
+            u = _units_of(hd, align)
+            if qk % align:
+                raise FormatError(
+                    f"{self.where}: the V heads of one repeat span {qk} columns, not a multiple "
+                    f"of {align} ({why}): ssm_out's input splits only in grouped V-head order"
+                )
+        if k_heads % u:
+            raise FormatError(
+                f"{self.where}: {k_heads} K heads do not make whole units of {u} ({why})"
+            )
+        qkv, gate, heads, cols = [], [], [], []
+        for u0, u1 in self.ranks(k_heads // u, f"Gated-DeltaNet in units of {u} K heads", why):
+            k0, k1 = u0 * u, u1 * u
+            v = [((k0 + k_heads * r) * hd, (k1 + k_heads * r) * hd) for r in range(rep)]
+            qkv.append([(k0 * hd, k1 * hd), (qk + k0 * hd, qk + k1 * hd)])
+            qkv[-1] += [(2 * qk + a, 2 * qk + z) for a, z in v]
+            gate.append(v)
+            heads.append([(k0 + k_heads * r, k1 + k_heads * r) for r in range(rep)])
+            cols.append([(k0 * rep * hd, k1 * rep * hd)] if grouped else v)
+        self.add(b + "attn_qkv.weight", 1, qkv)
+        self.add(b + "attn_gate.weight", 1, gate)
+        self.add(out, 0, cols)
+        for s, axis, pieces in (
+            ("ssm_alpha.weight", 1, heads),
+            ("ssm_beta.weight", 1, heads),
+            ("ssm_conv1d.weight", 1, qkv),
+            ("ssm_a", 0, heads),
+            ("ssm_dt.bias", 0, heads),
+        ):
+            if b + s in self.ne:
+                self.add(b + s, axis, pieces)
+
+    def ffn(self, b: str) -> None:
+        down = b + "ffn_down.weight"
+        width = self.ne[down][0]
+        for s in ("ffn_gate", "ffn_up"):
+            self.expect(b + s + ".weight", 1, width, "ffn_down's columns")
+        align, why = self.align(down)
+        cols = []
+        for u0, u1 in self.ranks(width // align, f"the FFN in units of {align} columns", why):
+            cols.append([(u0 * align, u1 * align)])
+        for s in ("ffn_gate", "ffn_up"):
+            self.add(b + s + ".weight", 1, cols)
+        self.add(down, 0, cols)
+
+    def head(self, name: str) -> None:
+        vocab = self.ne[name][1]
+        unit = HEAD_ROWS_UNIT if vocab >= HEAD_ROWS_UNIT * self.g else 1
+        n_units = -(-vocab // unit)
+        rows = []
+        for u0, u1 in self.ranks(n_units, f"the head's {vocab} rows in units of {unit}", "rows"):
+            rows.append([(u0 * unit, min(u1 * unit, vocab))])
+        self.add(name, 1, rows)
+
+
+def _positive(kv: KeyValues, key: str) -> int:
+    v = kv.value(key)
+    if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+        raise FormatError(f"{key} is {v!r}, not a positive integer (needed to split heads)")
+    return v
+
+
+def shard_plan(
+    ne: Mapping[str, tuple[int, ...]],
+    plan: Plan,
+    kv: KeyValues,
+    rotation: Rotation | None,
+    g: int,
+    where: str = "model",
+) -> ShardPlan:
+    """How the model's tensors (name -> logical shape, gguf order; every tensor of the file)
+    split over g ranks (module docstring). FormatError, starting with `where`, for a model
+    that does not split so."""
+    if not isinstance(g, int) or g < 1:
+        raise ValueError(f"tensor-parallel size {g!r} is not a positive integer")
+    p = _Planner(ne, rotation, g, where)
+    arch: Any = plan.architecture
+    n_head = n_kv = 0
+    if plan.attention_layers:
+        n_head = _positive(kv, f"{arch}.attention.head_count")
+        n_kv = _positive(kv, f"{arch}.attention.head_count_kv")
+        if n_head % n_kv:
+            raise FormatError(f"{where}: {n_head} query heads for {n_kv} K/V heads")
+    for layer in range(plan.n_layers):
+        b = f"blk.{layer}."
+        if layer in plan.attention_layers:
+            p.attention(b, n_head, n_kv)
+        else:
+            p.recurrence(b, plan.v_heads, plan.k_heads)
+        p.ffn(b)
+    p.head("output.weight")
+    return ShardPlan(g, p.splits)
