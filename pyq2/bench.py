@@ -19,53 +19,11 @@ import json
 import sys
 from typing import Any
 
-from . import _native
+from . import _native, parallel
 from .gpu import _torch
 from .model import Model, load, synthetic
 from .step import DecodeStep
-
-READ_BYTES = 2 << 30
-
-
-def read_bandwidth_gbs() -> float:
-    """GB/s of torch's sum over 2 GiB of float32 (a lower bound of the read bandwidth)."""
-    torch = _torch()
-    x = torch.ones(READ_BYTES // 4, device="cuda")
-    x.sum()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    best = float("inf")
-    for _ in range(10):
-        start.record()
-        x.sum()
-        end.record()
-        end.synchronize()
-        best = min(best, start.elapsed_time(end))
-    del x
-    torch.cuda.empty_cache()
-    return READ_BYTES / (best * 1e-3) / 1e9
-
-
-def graph_ms(fn, replays: int) -> float:
-    """Milliseconds per replay of fn captured as one CUDA graph (median of 5 batches)."""
-    torch = _torch()
-    fn()  # eager first: lazy initialisation stays out of the capture
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    g.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(replays):
-            g.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / replays)
-    del g
-    return sorted(times)[2]
+from .timing import graph_ms, read_bandwidth_gbs
 
 
 def measure(
@@ -104,11 +62,15 @@ def run(args) -> int:
     if not lib.pq2_built_with_cuda():
         print("pyq2: error: this libpq2 was built without CUDA", file=sys.stderr)
         return 1
+    files = list(args.model or [])
+    tp = args.tp if args.tp is not None else (len(files) if len(files) > 1 else None)
+    if tp is not None:
+        return _run_tp(args, tp, files)
     _native.check(lib.pq2_cuda_init())
     if args.synthetic:
         model = synthetic(args.synthetic)
     else:
-        model = load(args.model, progress=_progress)
+        model = load(files[0], progress=_progress)
         print("", file=sys.stderr)
     read_gbs = read_bandwidth_gbs()
     plan = model.plan
@@ -145,6 +107,34 @@ def run(args) -> int:
                 f,
                 indent=1,
             )
+    return 0
+
+
+def _run_tp(args, tp: int, files: list[str]) -> int:
+    """`pyq2 bench --tp G` (pyq2.parallel)."""
+    try:
+        if len(files) > 1:
+            files = parallel.shard_files(files)
+        source = args.synthetic or files[0]
+        opts = {
+            "ms": [int(v) for v in args.ms.split(",")] + ([args.prompt] if args.prompt else []),
+            "replays": args.replays,
+            "fuse": not args.no_fuse,
+        }
+        result = parallel.launch(tp, parallel.bench_rank, tp, source, files, opts)
+    except (RuntimeError, ValueError) as e:
+        print(f"pyq2: error: {e}", file=sys.stderr)
+        return 1
+    print(
+        f"{result['model']}: tensor-parallel over {tp} GPUs ({result['gpu']}), "
+        f"{result['step_bytes_m1_rank0'] / 1e9:.2f} GB read per step by rank 0; siblings "
+        f"{'fused' if result['fused'] else 'separate'}"
+    )
+    parallel.print_rows(result)
+    print("weight path only: attention, the recurrence and the residual work are not included")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(result, f, indent=1)
     return 0
 
 

@@ -163,6 +163,19 @@ def _cmd_demo(args) -> int:
 def _cmd_bench(args) -> int:
     from .bench import run
 
+    if bool(args.model) == bool(args.synthetic):
+        args.usage_error("give a MODEL file (or the shards of one) or --synthetic PRESET, not both")
+    if args.tp is not None and args.tp < 1:
+        args.usage_error(f"--tp {args.tp}: the number of GPUs is at least 1")
+    n = len(args.model)
+    if n > 1 and args.tp is not None and args.tp != n:
+        args.usage_error(f"--tp {args.tp} with {n} files: give the {args.tp} shards of one set")
+    if n == 1 and args.tp is not None and args.tp > 1:
+        args.usage_error(
+            f"--tp {args.tp} runs the {args.tp} shards of a model: write them with "
+            f"pyq2 repack --tp {args.tp} and give them all"
+        )
+
     return run(args)
 
 
@@ -297,9 +310,14 @@ def build_parser() -> argparse.ArgumentParser:
         "bench",
         help="time a model's whole weight path on the GPU (tokens/s against the byte floor)",
     )
-    src = b.add_mutually_exclusive_group(required=True)
-    src.add_argument("model", metavar="MODEL", nargs="?", help="a GGUF file (raw or repacked)")
-    src.add_argument(
+    b.set_defaults(usage_error=b.error)
+    b.add_argument(
+        "model",
+        metavar="MODEL",
+        nargs="*",
+        help="a GGUF file (raw or repacked), or every shard of a tensor-parallel set",
+    )
+    b.add_argument(
         "--synthetic",
         metavar="PRESET",
         choices=sorted(PRESETS),
@@ -310,6 +328,13 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--replays", type=int, default=20, help="graph replays per timing")
     b.add_argument(
         "--no-fuse", action="store_true", help="run sibling projections as separate matmuls"
+    )
+    b.add_argument(
+        "--tp",
+        type=int,
+        metavar="G",
+        help="run the step tensor-parallel on G GPUs, one process each, NCCL between them: "
+        "the G shards given as MODEL, or a preset's (which is also timed on one GPU)",
     )
     b.add_argument("--json", metavar="FILE", help="write the results as JSON")
     b.set_defaults(func=_cmd_bench)

@@ -9,7 +9,12 @@ buffer, so host memory stays near one slice, every scale checked on the way (a n
 is a FormatError naming tensor, row and block, and frees what was uploaded); the norms and
 other small tensors as they are (F32, F16, BF16). `synthetic` builds a model of a preset's
 shapes (pyq2.arch.PRESETS) with random ternary weights directly on the GPU, for benchmarks
-without a file.
+without a file, whole or one rank's shard of it (pyq2.tp).
+
+A tensor-parallel shard (`pyq2 repack --tp G`) loads as a model of its parts: `Model.tp` is
+(G, rank), `Model.splits` what it holds of each cut tensor, the plan counts the rank's own
+Gated-DeltaNet heads, and each row-parallel weight's rotation is the whole width's restricted
+to its columns (its slice of the signs). Its decode step needs a collective (pyq2.step).
 
 A Model holds per weight (by its original name) its device matrix, stored type and the rotation
 width it reads; the rotation's sign vectors are on the device too. A fused tensor of the file
@@ -22,13 +27,13 @@ from __future__ import annotations
 
 import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import formats, fuse, gguf_io, layouts, weight_io
+from . import formats, fuse, gguf_io, layouts, metadata, weight_io
 from .arch import PRESETS, Dims, Plan, decode_plan
 from .errors import FormatError
 from .fuse import Contents, Entry
@@ -37,6 +42,7 @@ from .gguf_types import type_name
 from .gpu import DeviceRotation, PQ2Weights, _torch
 from .metadata import Member
 from .rotation import Rotation
+from .tp import Split, shard_plan
 
 # ggml types of the dense tensors a model may hold, and their numpy storage
 DENSE_TYPES = {0: ("F32", np.float32), 1: ("F16", np.float16), 30: ("BF16", np.uint16)}
@@ -111,6 +117,8 @@ class Model:
     source: str = ""
     gdn_v_grouped: bool = False  # the Gated-DeltaNet output is permuted before ssm_out
     fused: dict[str, Fused] = field(default_factory=dict)  # the file's fused tensors by name
+    tp: tuple[int, int] | None = None  # a tensor-parallel shard's (G, rank); None: whole
+    splits: dict[str, Split] = field(default_factory=dict)  # a shard's parts (pyq2.tp)
 
     def rotation_for(self, width: int) -> DeviceRotation | None:
         return self.rotations.get(width)
@@ -136,10 +144,12 @@ class Checked:
     """What load checks before it allocates: the plan, the rotation contract, the file's
     original tensors (fused ones split, pyq2.fuse) and the storage of each dense tensor."""
 
-    plan: Plan
+    plan: Plan  # a shard's: with its own Gated-DeltaNet head counts
     rotation: Rotation | None
     contents: Contents
     dense: dict[str, tuple[str, Any]]
+    signs: dict[int, np.ndarray | None]  # per input width the weights read (rotation_signs)
+    shard: tuple[int, int] | None  # (G, rank) of a tensor-parallel shard
 
 
 def check(gf) -> Checked:
@@ -152,6 +162,8 @@ def check(gf) -> Checked:
     for e in contents.entries:
         if e.info is not None:
             widths[e.name] = e.info.k
+            if e.input_width != e.info.k:
+                widths[e.name] = int(e.input_width or 0)
         elif e.tensor.type_id in DENSE_TYPES:
             dense[e.name] = DENSE_TYPES[e.tensor.type_id]
         else:
@@ -177,7 +189,11 @@ def check(gf) -> Checked:
                 f"{gf.path}: fused tensor '{fname}' holds weights folded with the rotation and "
                 f"weights that are not"
             )
-    return Checked(plan, rotation, contents, dense)
+    shard = metadata.shard_of(gf)
+    rank = shard[1] if shard is not None else 0
+    signs = rotation_signs(rotation, contents.entries, rank, gf.path) if rotation else {}
+    splits = {e.name: e.split for e in contents.entries if e.split is not None}
+    return Checked(local_heads(plan, splits, rank), rotation, contents, dense, signs, shard)
 
 
 def assemble(
@@ -297,21 +313,99 @@ def load(
     rotation = checked.rotation
     rotations: dict[int, DeviceRotation] = {}
     if rotation is not None:
-        for w in {w.rotation_width for w in weights.values()}:
-            if w is not None:
-                rotations[w] = DeviceRotation.of(rotation, w, device)
+        for width, signs in checked.signs.items():
+            s = None if signs is None else torch.from_numpy(signs).to(device)
+            rotations[width] = DeviceRotation(rotation.block, s)
     grouped = rotation is not None and rotation.gdn_v_grouped
-    return Model(checked.plan, rotation, weights, dense, rotations, str(Path(path)), grouped, fused)
+    splits = {e.name: e.split for e in checked.contents.entries if e.split is not None}
+    return Model(
+        checked.plan,
+        rotation,
+        weights,
+        dense,
+        rotations,
+        str(Path(path)),
+        grouped,
+        fused,
+        checked.shard,
+        splits,
+    )
 
 
-def synthetic(preset: str | Dims, device: str = "cuda", block: int = 1024, seed: int = 0) -> Model:
+def rotation_signs(
+    rotation: Rotation, entries: list[Entry], rank: int, where: str
+) -> dict[int, np.ndarray | None]:
+    """The signs of each input width the weights that carry the rotation read (None: all +1).
+    A shard's part of a row-parallel weight reads its columns of the whole width: those columns
+    of its signs. FormatError when two weights read one width with different signs."""
+    out: dict[int, np.ndarray | None] = {}
+    first: dict[int, str] = {}
+    for e in entries:
+        if e.info is None or not rotation.carries(e.name):
+            continue
+        width, split = e.info.k, e.split
+        if split is not None and split.axis == 0:
+            whole = rotation.signs_for(split.extent)
+            signs = None if whole is None else take_pieces(whole, split.pieces[rank])
+        else:
+            signs = rotation.signs_for(width)
+        if width in out and not _same(out[width], signs):
+            raise FormatError(
+                f"{where}: '{first[width]}' and '{e.name}' read input width {width} with "
+                f"different rotation signs; this shard cannot serve both"
+            )
+        out.setdefault(width, signs)
+        first.setdefault(width, e.name)
+    return out
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
+
+
+def take_pieces(x: np.ndarray, pieces) -> np.ndarray:
+    """x[a:b] of each piece, one after another."""
+    return np.concatenate([x[a:b] for a, b in pieces])
+
+
+def local_heads(plan: Plan, splits: dict[str, Split], rank: int) -> Plan:
+    """The plan with a shard's own Gated-DeltaNet V and K head counts (the mixer's permutation
+    works on the rank's heads), from its part of ssm_alpha; the plan itself for a whole model."""
+    for name, split in splits.items():
+        if name.endswith(".ssm_alpha.weight"):
+            v = sum(b - a for a, b in split.pieces[rank])
+            return replace(plan, v_heads=v, k_heads=v * plan.k_heads // plan.v_heads)
+    return plan
+
+
+def synthetic(
+    preset: str | Dims,
+    device: str = "cuda",
+    block: int = 1024,
+    seed: int = 0,
+    tp: tuple[int, int] | None = None,
+) -> Model:
     """A model of a preset's shapes (pyq2.arch.PRESETS) with random ternary weights (codes
     uniform in 0..2, scales 0.01) in the tiles layout, random signs for every input width, norm
-    weights 1, small random dense tensors: real-shaped work for a benchmark, built on the GPU."""
+    weights 1, small random dense tensors: real-shaped work for a benchmark, built on the GPU.
+    With tp = (G, rank), the rank's shard of it (pyq2.tp, every projection folded with blocks
+    of `block`)."""
     torch = _torch()
     dims = PRESETS[preset] if isinstance(preset, str) else preset
     tensors = dims.tensors()
     plan = decode_plan([n for n, _, _ in tensors], dims.keys())
+    splits: dict[str, Split] = {}
+    if tp is not None:
+        g, rank = tp
+        folded = tuple(t for t, kind, _ in tensors if kind == "pq2")
+        rot = Rotation(1, block, "identity", {}, folded[1:], folded[:1], True)
+        shapes = {t: shape for t, _, shape in tensors}
+        splits = shard_plan(shapes, plan, dims.keys(), rot, g, f"preset {preset}").splits
+        tensors = [
+            (t, kind, splits[t].shape(shape, rank) if t in splits else shape)
+            for t, kind, shape in tensors
+        ]
+        plan = local_heads(plan, splits, rank)
     gen = torch.Generator(device=device).manual_seed(seed)
     scale = np.float16(0.01).view(np.uint16).item()
     # bytes of four codes in 0..2: 81 of the 256 byte values
@@ -337,4 +431,5 @@ def synthetic(preset: str | Dims, device: str = "cuda", block: int = 1024, seed:
     for w in sorted(widths):
         s = torch.randint(0, 2, (w,), generator=gen, device=device, dtype=torch.int8) * 2 - 1
         rotations[w] = DeviceRotation(block if w % block == 0 else 128, s)
-    return Model(plan, None, weights, dense, rotations, f"synthetic {preset}", True)
+    name = f"synthetic {preset}" + (f", shard {tp[1]} of {tp[0]}" if tp else "")
+    return Model(plan, None, weights, dense, rotations, name, True, {}, tp, splits)

@@ -22,6 +22,13 @@ concatenation of their tiles-layout matrices made for the step (one more device 
 weights). Without `fuse` each projection runs alone (the members of a fused matrix then get
 matrices of their own: Weight.matrix).
 
+A tensor-parallel shard's step (pyq2.tp; `collective` given, of the shard's size and rank) runs
+the rank's parts: after each row-parallel projection (attn_output, ssm_out, ffn_down) a "reduce"
+call sums its output over the ranks in place, before the next norm producer adds it to the
+residual stream; after the head a "gather" call puts every rank's logits in `logits`. Every
+rank then holds the same residual stream and logits. A whole model takes a collective of one
+rank too (NCCL then adds nothing to the arithmetic).
+
 Everything the projections write stays in `outputs[name]` (a view into the fused output).
 `run()` makes the calls on the current stream, the side projections on a second one that forks
 from it after their producer and joins it again (so they overlap the projections, as a host's
@@ -37,21 +44,41 @@ from typing import Any
 
 from . import layouts
 from .arch import Stage
+from .collective import Collective
 from .gpu import PQ2Weights, Q8Operand, _torch, norm_rotate_q8, rotate_q8, swiglu_rotate_q8
 from .model import Model
+from .tp import head_rows
 
 
 @dataclass
 class Call:
-    kind: str  # "embedding", "producer", "projection", "side"
+    kind: str  # "embedding", "producer", "projection", "side", "reduce", "gather"
     stage: Stage | None
     fn: Callable[[], Any]
     inputs: dict[str, Any] | None = None  # a producer's input buffers, by role
+    buffers: dict[str, Any] | None = None  # a collective's: "x" summed; "local" into "logits"
 
 
 class DecodeStep:
-    def __init__(self, model: Model, m: int, dtype: Any = None, seed: int = 0, fuse: bool = True):
+    def __init__(
+        self,
+        model: Model,
+        m: int,
+        dtype: Any = None,
+        seed: int = 0,
+        fuse: bool = True,
+        collective: Collective | None = None,
+    ):
         torch = _torch()
+        g, rank = model.tp or (1, 0)
+        if collective is None and g > 1:
+            raise ValueError(f"{model.source} is shard {rank} of {g}: its step needs a collective")
+        if collective is not None and (collective.size, collective.rank) != (g, rank):
+            raise ValueError(
+                f"collective of rank {collective.rank} of {collective.size} for "
+                f"{model.source}, which is rank {rank} of {g}"
+            )
+        self.collective = collective
         self.model, self.m = model, m
         self.dtype = dtype if dtype is not None else torch.bfloat16
         plan = model.plan
@@ -97,6 +124,16 @@ class DecodeStep:
             if stage.producer == "mixer":
                 x = torch.randn(m, width, generator=gen, device=dev)
                 self.mixer_out[stage.layer] = x.to(self.dtype)
+        head = plan.stages[-1].projections[0]
+        self.logits = self.outputs[head]  # every rank's rows, gathered (a shard's step)
+        if collective is not None:
+            split = model.splits.get(head)
+            vocab = split.extent if split is not None else model.weights[head].shape[0]
+            self._head_rows = head_rows(vocab, g) if split is not None else [(0, vocab)]
+            most = max(b - a for a, b in self._head_rows)
+            self._send = empty(m, most)
+            self._gathered = empty(g, m, most)
+            self.logits = empty(m, vocab)
         self.workspace = torch.empty(ws, dtype=torch.uint8, device=dev)
         self.side_stream = torch.cuda.Stream(device=dev)  # run(): the side projections
         self.calls = self._calls()
@@ -161,10 +198,31 @@ class DecodeStep:
                 calls.append(Call("side", stage, _bind(torch.matmul, normed, side_w.t(), out=out)))
             for w, out in self.matmuls[i]:
                 calls.append(Call("projection", stage, _bind(w.matmul_q8, q, out, self.workspace)))
+            if self.collective is not None and stage.producer != "norm":
+                # a row-parallel projection (pyq2.tp): this rank's columns' partial sum
+                out = self.outputs[stage.projections[0]]
+                calls.append(
+                    Call(
+                        "reduce", stage, _bind(self.collective.all_reduce, out), buffers={"x": out}
+                    )
+                )
+            if self.collective is not None and stage.layer < 0:
+                local = self.outputs[stage.projections[0]]
+                buffers = {"local": local, "logits": self.logits}
+                calls.append(Call("gather", stage, self._gather, buffers=buffers))
             # a norm stage consumes the pending residual; the mixer's and the FFN's output
             # projection make the next one
             residual = None if stage.producer == "norm" else self.outputs[stage.projections[0]]
         return calls
+
+    def _gather(self) -> None:
+        """Every rank's logits into self.logits, through buffers of the most rows any has."""
+        assert self.collective is not None
+        local = self.outputs[self.model.plan.stages[-1].projections[0]]
+        self._send[:, : local.shape[1]].copy_(local)
+        self.collective.all_gather(self._send, self._gathered)
+        for r, (a, b) in enumerate(self._head_rows):
+            self.logits[:, a:b].copy_(self._gathered[r, :, : b - a])
 
     def run(self, kinds: tuple[str, ...] | None = None) -> None:
         """Make the step's calls on the current stream; those of `kinds` only, when given, one

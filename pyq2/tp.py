@@ -232,12 +232,16 @@ class _Planner:
 
     def head(self, name: str) -> None:
         vocab = self.ne[name][1]
-        unit = HEAD_ROWS_UNIT if vocab >= HEAD_ROWS_UNIT * self.g else 1
-        n_units = -(-vocab // unit)
-        rows = []
-        for u0, u1 in self.ranks(n_units, f"the head's {vocab} rows in units of {unit}", "rows"):
-            rows.append([(u0 * unit, min(u1 * unit, vocab))])
-        self.add(name, 1, rows)
+        if vocab < self.g:
+            raise FormatError(f"{self.where}: the head's {vocab} rows do not go to {self.g} GPUs")
+        self.add(name, 1, [[r] for r in head_rows(vocab, self.g)])
+
+
+def head_rows(vocab: int, g: int) -> list[Range]:
+    """The output head's rows of each of g ranks: units of HEAD_ROWS_UNIT rows (single rows for
+    a vocabulary smaller than g units), as even as possible, the last rank's ending at vocab."""
+    unit = HEAD_ROWS_UNIT if vocab >= HEAD_ROWS_UNIT * g else 1
+    return [(u0 * unit, min(u1 * unit, vocab)) for u0, u1 in unit_ranges(-(-vocab // unit), g)]
 
 
 def _positive(kv: KeyValues, key: str) -> int:
