@@ -386,14 +386,18 @@ def synthetic(
     tp: tuple[int, int] | None = None,
 ) -> Model:
     """A model of a preset's shapes (pyq2.arch.PRESETS) with random ternary weights (codes
-    uniform in 0..2, scales 0.01) in the tiles layout, random signs for every input width, norm
-    weights 1, small random dense tensors: real-shaped work for a benchmark, built on the GPU.
+    uniform in 0..2, scales 0.01) in the tiles layout, random signs for every input width
+    (rotation blocks of `block`, or 128 when it does not divide every width), norm weights 1,
+    small random dense tensors: real-shaped work for a benchmark, built on the GPU.
     With tp = (G, rank), the rank's shard of it (pyq2.tp, every projection folded with blocks
     of `block`)."""
     torch = _torch()
     dims = PRESETS[preset] if isinstance(preset, str) else preset
     tensors = dims.tensors()
     plan = decode_plan([n for n, _, _ in tensors], dims.keys())
+    # one block for every width: `block` where it divides them all (the 27B), else 128
+    if any(k % block for _, kind, (k, *_) in tensors if kind == "pq2"):
+        block = 128
     splits: dict[str, Split] = {}
     if tp is not None:
         g, rank = tp
@@ -430,6 +434,6 @@ def synthetic(
     rotations = {}
     for w in sorted(widths):
         s = torch.randint(0, 2, (w,), generator=gen, device=device, dtype=torch.int8) * 2 - 1
-        rotations[w] = DeviceRotation(block if w % block == 0 else 128, s)
+        rotations[w] = DeviceRotation(block, s)
     name = f"synthetic {preset}" + (f", shard {tp[1]} of {tp[0]}" if tp else "")
     return Model(plan, None, weights, dense, rotations, name, True, {}, tp, splits)

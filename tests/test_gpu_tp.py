@@ -10,7 +10,7 @@ which is what the collectives do across GPUs. In float32:
 - every later output, the residual stream and the gathered logits are within TP_TOL relative
   RMS of the whole model's: the sums over a rank's columns then over the ranks round in another
   order than one sum over all columns (fp32), and those differences can move a rounding of a
-  later Q8 quantisation by one step.
+  later Q8 quantisation by one step (on the demo model no such step moves: about 1e-7).
 """
 
 import numpy as np
@@ -121,7 +121,7 @@ def test_a_shards_step_needs_its_collective(demo_gguf, tmp_path):
         DecodeStep(shard, 1, collective=Lockstep(2, 0))
 
 
-def test_synthetic_shards_of_the_27b_have_the_plans_shapes():
+def test_synthetic_shards_have_the_plans_shapes():
     for rank in (0, 1):
         model = synthetic("tiny", tp=(2, rank))
         step = DecodeStep(model, 2, collective=Lockstep(2, rank))
