@@ -1,5 +1,7 @@
 // select.cu - the dispatcher's table (select.h). The table is data, tuned_configs.inc; the
 // compiled kernel list rowblock/instances.inc is derived from it (tools/tune/instances.py).
+#include <cmath>
+
 #include "gemm/gemm.h"
 #include "rowblock/rowblock.h"
 #include "select.h"
@@ -46,6 +48,33 @@ const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t 
     return nullptr;
 }
 
+// For a shape the table does not list, at m <= kNearestMaxM: the entry serving m of the listed
+// shape nearest (n, k) for this layout and rt, by |log2(n / n_e)| + |log2(k / k_e)| (the first
+// of equals); NULL when the table lists no shape for them. Measured on the shards of the 27B over
+// 2 GPUs (tools/bench/bench_tp_ranks.py; NOTES.md): a rank's step 8-9% faster at m = 1 than on
+// the fallback lines, 2-6% at m = 4; at m = 16 up to 4% slower, so above 8 the fallback stays.
+constexpr int64_t kNearestMaxM = 8;
+
+const tuned_entry *nearest(int32_t layout, int32_t layout_rt, int64_t n, int64_t k, int64_t m,
+                           bool sm90)
+{
+    if (m > kNearestMaxM) return nullptr;
+    const tuned_entry *best = nullptr;
+    double best_d = 0.0;
+    for (const tuned_entry &e : kTable) {
+        if (e.layout != layout || e.n == 0 ||
+            (layout == PQ2_LAYOUT_TILES && e.layout_rt != layout_rt))
+            continue;
+        const double d = std::fabs(std::log2((double)n / (double)e.n)) +
+                         std::fabs(std::log2((double)k / (double)e.k));
+        if (!best || d < best_d) {
+            best = &e;
+            best_d = d;
+        }
+    }
+    return best ? lookup(layout, layout_rt, best->n, best->k, m, sm90) : nullptr;
+}
+
 }  // namespace
 
 pq2_matmul_config pq2_select_config(const pq2_view &v, int64_t m, int sms, int cc)
@@ -53,6 +82,7 @@ pq2_matmul_config pq2_select_config(const pq2_view &v, int64_t m, int sms, int c
     const int32_t rt = v.layout == PQ2_LAYOUT_TILES ? v.rt : 0;
     const bool sm90 = pq2_gemm_sm90_serves(cc, v.k);
     const tuned_entry *e = lookup(v.layout, rt, v.n, v.k, m, sm90);
+    if (!e) e = nearest(v.layout, rt, v.n, v.k, m, sm90);
     if (!e) e = lookup(v.layout, rt, 0, 0, m, sm90);
     if (!e) {
         pq2_matmul_config none = {};  // family 0: the caller says there is no kernel
