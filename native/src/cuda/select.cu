@@ -51,8 +51,9 @@ const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t 
 // For a shape the table does not list, at m <= kNearestMaxM: the entry serving m of the listed
 // shape nearest (n, k) for this layout and rt, by |log2(n / n_e)| + |log2(k / k_e)| (the first
 // of equals); NULL when the table lists no shape for them. Measured on the shards of the 27B over
-// 2 GPUs (tools/bench/bench_tp_ranks.py; NOTES.md): a rank's step 8-9% faster at m = 1 than on
-// the fallback lines, 2-6% at m = 4; at m = 16 up to 4% slower, so above 8 the fallback stays.
+// 2 GPUs (tools/bench/bench_tp_ranks.py; tools/bench/NOTES.md): a rank's step 9% faster at m = 1
+// than on the fallback lines, 2-6% at m = 4, 1-6% at m = 8; at m = 16 up to 4% slower, so above
+// 8 the fallback lines stay.
 constexpr int64_t kNearestMaxM = 8;
 
 const tuned_entry *nearest(int32_t layout, int32_t layout_rt, int64_t n, int64_t k, int64_t m,
