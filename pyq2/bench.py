@@ -19,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from . import _native, parallel
+from . import _native, gguf_io, metadata, parallel
 from .gpu import _torch
 from .model import Model, load, synthetic
 from .step import DecodeStep
@@ -64,6 +64,16 @@ def run(args) -> int:
         return 1
     files = list(args.model or [])
     tp = args.tp if args.tp is not None else (len(files) if len(files) > 1 else None)
+    if len(files) == 1:
+        with gguf_io.open_gguf(files[0]) as gf:
+            shard = metadata.shard_of(gf)
+        if shard is not None:
+            print(
+                f"pyq2: error: {files[0]} is shard {shard[1]} of {shard[0]}; give all {shard[0]} "
+                f"shards of its set (pyq2 bench --tp {shard[0]} SHARD...)",
+                file=sys.stderr,
+            )
+            return 1
     if tp is not None:
         return _run_tp(args, tp, files)
     _native.check(lib.pq2_cuda_init())

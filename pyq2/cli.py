@@ -106,6 +106,7 @@ def _cmd_repack(args) -> int:
         )
     if args.tp is not None and args.tp < 2:
         args.usage_error(f"--tp {args.tp}: a tensor-parallel set has 2 or more shards")
+    # (repack checks the upper bound: pyq2.metadata.TP_MAX)
     if args.tp and args.layout == "raw":
         args.usage_error("--tp writes shards in the planes or tiles layout, not --layout raw")
     bar = _Bar() if sys.stderr.isatty() else None

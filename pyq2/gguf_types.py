@@ -28,6 +28,10 @@ F32 = int(GGMLQuantizationType.F32)  # 0
 # The types of ternary weights pyq2 converts; every one of them is lossless as PQ2_0.
 PQ2_FAMILY = (PQ2_0, PTQ1_0, TQ2_0)
 
+# The dense types pyq2 loads onto the GPU and cuts into tensor-parallel shards: their names and
+# numpy storage (BF16 as its 16-bit patterns), one element per weight.
+DENSE_TYPES = {F32: ("F32", "<f4"), 1: ("F16", "<f2"), 30: ("BF16", "<u2")}
+
 # (name, id, weights per block, bytes per block) of the private types.
 _PRIVATE_TYPES = (
     ("PQ2_0", PQ2_0, formats.PQ2_BLOCK_WEIGHTS, formats.PQ2_BLOCK_BYTES),

@@ -19,7 +19,6 @@ from .gguf_types import type_name
 from .metadata import KEY_FORMAT_VERSION, KEY_LAYOUT, TENSOR_KEY_PREFIX, shard_of
 from .rotation import PREFIX as HADAMARD_PREFIX
 from .rotation import Rotation
-from .tp import Split
 
 _SHORT_ARRAY = 8  # arrays up to this many items are shown in full
 _STR_SHOW = 72  # characters of a long string value shown
@@ -53,13 +52,6 @@ def _rotation_summary(gf: GGUFFile, entries: list[fuse.Entry]) -> dict[str, Any]
     return rot.summary() if rot is not None else None
 
 
-def _held(split: Split) -> str:
-    """A shard's part of a tensor: `rows 0:512` or `cols 128:256`, pieces joined by ','."""
-    axis = "cols" if split.axis == 0 else "rows"
-    pieces = next(p for p in split.pieces if p)
-    return axis + " " + ",".join(f"{a}:{b}" for a, b in pieces) + f" of {split.extent}"
-
-
 def describe(path) -> dict[str, Any]:
     """Everything `pyq2 info` shows, as JSON-able data."""
     with gguf_io.open_gguf(path) as gf:
@@ -88,8 +80,8 @@ def describe(path) -> dict[str, Any]:
                 )
                 if info.layout == "tiles":
                     row["rt"] = info.rt
-            if t.name in splits:
-                row["tp"] = _held(splits[t.name])
+            if t.name in splits and shard is not None:
+                row["tp"] = splits[t.name].held(shard[1])
             if t.name in contents.fused:
                 row["members"] = [
                     {
@@ -208,7 +200,7 @@ def format_info(path_or_info) -> str:
             )
     tp_parts = [(t["name"], t["tp"]) for t in d["tensors"] if "tp" in t]
     if tp_parts:
-        lines.append("tensor-parallel tp_parts (axis, ranges held, of the whole):")
+        lines.append("tensor-parallel parts (ranges held, of the whole tensor's):")
         pad = max(len(name) for name, _ in tp_parts)
         lines += [f"  {name:<{pad}}  {held}" for name, held in tp_parts]
     return "\n".join(lines)

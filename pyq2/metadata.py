@@ -69,6 +69,7 @@ TENSOR_KEY_PREFIX = KEY_PREFIX + "tensor."
 # The keys of a fused tensor, in file order (after its layout, rt, shape, source_type).
 MEMBER_ATTRS = ("members", "member_offsets", "member_rows", "member_positions")
 
+TP_MAX = 1024  # the most shards of a set pyq2 reads or writes (GPUs of one host: far fewer)
 KEY_TP_SIZE = KEY_PREFIX + "tp.size"
 KEY_TP_RANK = KEY_PREFIX + "tp.rank"
 SPLIT_ATTRS = ("tp_axis", "tp_extent", "tp_pieces")  # per tensor of a shard, in file order
@@ -282,10 +283,10 @@ def shard_of(kv: KeyValues) -> tuple[int, int] | None:
     if not (kv.has(KEY_TP_SIZE) or kv.has(KEY_TP_RANK)):
         return None
     size, rank = kv.value(KEY_TP_SIZE), kv.value(KEY_TP_RANK)
-    if not _uints([size, rank]) or not 2 <= size or not rank < size:
+    if not _uints([size, rank]) or not 2 <= size <= TP_MAX or not rank < size:
         raise FormatError(
             f"{kv.path}: {KEY_TP_SIZE} = {size!r} and {KEY_TP_RANK} = {rank!r} are not a "
-            f"tensor-parallel size of at least 2 and a rank below it"
+            f"tensor-parallel size of at least 2 (at most {TP_MAX}) and a rank below it"
         )
     return size, rank
 
@@ -304,18 +305,29 @@ def tensor_split(
         missing = [tensor_key(name, a) for a in SPLIT_ATTRS if a not in present]
         raise FormatError(f"{where}: incomplete tensor-parallel metadata (no {', '.join(missing)})")
     axis, extent, flat = (kv.value(tensor_key(name, a)) for a in SPLIT_ATTRS)
-    if not _uints([axis, extent]) or axis >= max(len(ne), 1) or not _uints(flat) or len(flat) % 2:
+    if (
+        not _uints([axis, extent])
+        or axis >= max(len(ne), 1)
+        or not _uints(flat)
+        or not flat
+        or len(flat) % 2
+    ):
         raise FormatError(
             f"{where}: bad tensor-parallel metadata axis={axis!r} extent={extent!r} "
             f"pieces={flat!r} (an axis of the tensor, a size, start/stop pairs)"
         )
     pieces = tuple(zip(flat[0::2], flat[1::2], strict=True))
-    end = -1
+    end = 0
     for a, b in pieces:
-        if not end <= a < b <= extent:
+        if a >= b:
+            raise FormatError(f"{where}: tensor-parallel piece [{a}, {b}) is empty")
+        if a < end:
             raise FormatError(
-                f"{where}: tensor-parallel piece [{a}, {b}) is empty, out of order or beyond "
-                f"the extent {extent}"
+                f"{where}: tensor-parallel piece [{a}, {b}) starts before the one before it ends"
+            )
+        if b > extent:
+            raise FormatError(
+                f"{where}: tensor-parallel piece [{a}, {b}) ends beyond the extent {extent}"
             )
         end = b
     held = sum(b - a for a, b in pieces)

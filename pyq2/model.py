@@ -38,14 +38,11 @@ from .arch import PRESETS, Dims, Plan, decode_plan
 from .errors import FormatError
 from .fuse import Contents, Entry
 from .gguf_io import Tensor
-from .gguf_types import type_name
+from .gguf_types import DENSE_TYPES, type_name
 from .gpu import DeviceRotation, PQ2Weights, _torch
 from .metadata import Member
 from .rotation import Rotation
 from .tp import Split, shard_plan
-
-# ggml types of the dense tensors a model may hold, and their numpy storage
-DENSE_TYPES = {0: ("F32", np.float32), 1: ("F16", np.float16), 30: ("BF16", np.uint16)}
 
 Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, tensor name)
 
@@ -161,9 +158,7 @@ def check(gf) -> Checked:
     widths: dict[str, int] = {}
     for e in contents.entries:
         if e.info is not None:
-            widths[e.name] = e.info.k
-            if e.input_width != e.info.k:
-                widths[e.name] = int(e.input_width or 0)
+            widths[e.name] = e.info.k if e.input_width is None else e.input_width
         elif e.tensor.type_id in DENSE_TYPES:
             dense[e.name] = DENSE_TYPES[e.tensor.type_id]
         else:
@@ -273,7 +268,7 @@ def _upload_dense(gf, t, storage, device):
     _, np_type = storage
     arr = np.frombuffer(gf.data(t), dtype=np_type).reshape(tuple(reversed(t.ne)))
     out = torch.from_numpy(arr.copy()).to(device)
-    return out.view(torch.bfloat16) if np_type is np.uint16 else out
+    return out.view(torch.bfloat16) if np.dtype(np_type) == np.uint16 else out
 
 
 def load(

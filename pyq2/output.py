@@ -16,12 +16,17 @@ leaves its directory behind; the next writer to the same name removes it once th
 pid it carries is gone. An OSError about the directory or the file in it is reported against
 OUT, the path the user gave.
 
+atomic_outputs(OUTS) does the same for files that appear together (the shards of
+`pyq2 repack --tp`): all are staged, then moved into place in order; if one cannot be, those
+already moved are removed again.
+
 check_output() is the up-front half: a directory, device, FIFO or socket is never written or
 replaced, even with `force`, and an existing OUT needs `force`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import re
@@ -196,9 +201,10 @@ def _about_out(e: OSError, temp_start: str, out: str) -> OSError:
 
 
 @contextmanager
-def atomic_output(out, force: bool, notice: Notice | None = None) -> Iterator[str]:
-    """Yield the path to write OUT's bytes to; OUT appears when the block ends normally (see the
-    module doc). Stale temporaries of this name are removed first, each reported to `notice`."""
+def _staging(out, notice: Notice | None) -> Iterator[tuple[str, Callable[[bool], None]]]:
+    """(the path to write OUT's bytes to, commit(force) to move it into place). The temporary
+    directory is removed at the end, whatever happens; an OSError about it is reported against
+    OUT. Stale temporaries of this name are removed first, each reported to `notice`."""
     out = os.fspath(out)
     target = target_of(out)
     directory, name = os.path.split(os.path.abspath(target))
@@ -211,16 +217,52 @@ def atomic_output(out, force: bool, notice: Notice | None = None) -> Iterator[st
             with _lock:
                 _active.add(tmpdir)
         staged = os.path.join(tmpdir, name)
-        yield staged
-        with interrupts.deferred():
-            _commit(staged, out, target, force)
-            _discard(tmpdir)
+
+        def commit(force: bool) -> None:
+            with interrupts.deferred():
+                _commit(staged, out, target, force)
+
+        yield staged, commit
     except BaseException as e:
-        with interrupts.deferred():
-            if tmpdir is not None:
-                _discard(tmpdir)
         if isinstance(e, OSError):
             renamed = _about_out(e, temp_start, out)
             if renamed is not e:
                 raise renamed from None
         raise
+    finally:
+        with interrupts.deferred():
+            if tmpdir is not None:
+                _discard(tmpdir)
+
+
+@contextmanager
+def atomic_output(out, force: bool, notice: Notice | None = None) -> Iterator[str]:
+    """Yield the path to write OUT's bytes to; OUT appears when the block ends normally (see the
+    module doc). Stale temporaries of this name are removed first, each reported to `notice`."""
+    with _staging(out, notice) as (staged, commit):
+        yield staged
+        commit(force)
+
+
+@contextmanager
+def atomic_outputs(outs, force: bool, notice: Notice | None = None) -> Iterator[list[str]]:
+    """atomic_output for files that appear together: yield the paths to write each one's bytes
+    to; when the block ends normally they move into place in order. If moving one fails (an OUT
+    that appeared meanwhile, without force; a signal between two), the ones this call already
+    moved are removed again, so none stays (with force, what they replaced is gone)."""
+    with contextlib.ExitStack() as stack:
+        pairs = [stack.enter_context(_staging(out, notice)) for out in outs]
+        yield [staged for staged, _ in pairs]
+        placed: list[str] = []
+        try:
+            for (_, commit), out in zip(pairs, outs, strict=True):
+                commit(force)
+                placed.append(target_of(os.fspath(out)))
+        except BaseException:
+            with interrupts.deferred():
+                for path in placed:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+            raise

@@ -4,9 +4,10 @@
 joined in one NCCL process group (torch.distributed over a TCP port of this host) with NVLink
 multicast off (NCCL_NVLS_ENABLE=0, unless the environment says otherwise), and calls
 fn(rank, *args) in each; it returns what rank 0's fn returned, and raises the first error of any
-rank. Each rank loads its shard (pyq2.model.load of `pyq2 repack --tp G`'s file of its rank, or
-pyq2.model.synthetic(preset, tp=(G, rank))) and runs pyq2.step.DecodeStep with a
-pyq2.collective.Nccl.
+rank (its traceback on stderr with PYQ2_DEBUG=1), ending the other ranks; no rank outlives it,
+also when a signal interrupts it. Each rank loads its shard (pyq2.model.load of the file of its
+rank that `pyq2 repack --tp G` wrote, or pyq2.model.synthetic(preset, tp=(G, rank))) and runs
+pyq2.step.DecodeStep with a pyq2.collective.Nccl.
 
 `bench_rank` is `pyq2 bench --tp G` in one rank: it times the whole model on rank 0's GPU alone
 (a synthetic preset; the other ranks wait), then the sharded step on all G, each captured as a
@@ -19,10 +20,11 @@ import os
 import queue as queue_mod
 import socket
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from . import _native, gguf_io, metadata
+from . import _native, gguf_io, metadata, shard
 from .gpu import _torch
 
 
@@ -49,7 +51,7 @@ def _rank_main(rank: int, g: int, port: int, queue: Any, fn: Callable, args: tup
         dist.barrier()
         queue.put((rank, "ok", result if rank == 0 else None))
     except BaseException as e:  # reported to the parent, which raises it
-        queue.put((rank, "error", f"{type(e).__name__}: {e}"))
+        queue.put((rank, "error", (f"{type(e).__name__}: {e}", traceback.format_exc())))
         raise SystemExit(1) from None
     finally:
         if dist.is_initialized():
@@ -69,48 +71,44 @@ def launch(g: int, fn: Callable, *args: Any) -> Any:
     queue = mp.Queue()
     port = _free_port()
     procs = [mp.Process(target=_rank_main, args=(r, g, port, queue, fn, args)) for r in range(g)]
-    for p in procs:
-        p.start()
     results: dict[int, Any] = {}
-    error = None
-    while error is None and len(results) < g:
-        try:
-            rank, status, value = queue.get(timeout=2.0)
-        except queue_mod.Empty:
-            dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
-            if dead and queue.empty():
-                error = f"rank {dead[0]} ended with exit code {procs[dead[0]].exitcode}"
-            continue
-        if status == "error":
-            error = f"rank {rank}: {value}"
-        else:
-            results[rank] = value
-    for p in procs:
-        if error is not None and p.is_alive():
-            p.terminate()
-        p.join()
+    error, trace = None, ""
+    try:
+        for p in procs:
+            p.start()
+        while error is None and len(results) < g:
+            try:
+                rank, status, value = queue.get(timeout=2.0)
+            except queue_mod.Empty:
+                dead = [r for r, p in enumerate(procs) if p.exitcode not in (None, 0)]
+                if dead and queue.empty():
+                    error = f"rank {dead[0]} ended with exit code {procs[dead[0]].exitcode}"
+                continue
+            if status == "error":
+                error, trace = f"rank {rank}: {value[0]}", value[1]
+            else:
+                results[rank] = value
+    finally:  # on any error or signal here too: no rank outlives the launch
+        for p in procs:
+            if p.is_alive() and (error is not None or len(results) < g):
+                p.terminate()
+            if p.pid is not None:
+                p.join()
     if error is not None:
+        if os.environ.get("PYQ2_DEBUG"):
+            print(trace, file=sys.stderr)
         raise RuntimeError(error)
     return results.get(0)
 
 
 def shard_files(paths: Sequence[str]) -> list[str]:
-    """The files of a shard set ordered by rank. ValueError when they are not ranks 0..G-1 of
-    one G, each once."""
-    ranks = []
+    """The files of a shard set ordered by rank (shard.order_shards). ValueError when they are
+    not ranks 0..G-1 of one G, each once."""
+    found = []
     for path in paths:
         with gguf_io.open_gguf(path) as gf:
-            shard = metadata.shard_of(gf)
-        if shard is None:
-            raise ValueError(
-                f"{path} is a whole model; --tp runs the shards written by pyq2 repack --tp G"
-            )
-        ranks.append(shard)
-    g = len(paths)
-    if sorted(ranks) != [(g, r) for r in range(g)]:
-        got = ", ".join(f"{r} of {size}" for size, r in ranks)
-        raise ValueError(f"the files are shards {got}; a set of {g} is ranks 0..{g - 1} of {g}")
-    return [p for _, p in sorted(zip((r for _, r in ranks), paths, strict=True))]
+            found.append((str(path), metadata.shard_of(gf)))
+    return shard.order_shards(found)
 
 
 def bench_rank(rank: int, g: int, source: str, files: list[str], opts: dict) -> dict:

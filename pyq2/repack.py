@@ -21,7 +21,6 @@ pyq2.verify proves a repacked file holds the same weights as its source.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -272,8 +271,8 @@ def repack(
             "--fuse writes fused tensors in the planes or tiles layout; the raw layout gives "
             "back the original tensors (repack a fused file with --layout raw to split it)"
         )
-    if tp and (isinstance(tp, bool) or not isinstance(tp, int) or tp < 2):
-        raise RepackError(f"--tp {tp!r}: a tensor-parallel set has 2 or more shards")
+    if tp and (isinstance(tp, bool) or not isinstance(tp, int) or not 2 <= tp <= metadata.TP_MAX):
+        raise RepackError(f"--tp {tp!r}: a tensor-parallel set has 2 to {metadata.TP_MAX} shards")
     if tp and layout == "raw":
         raise RepackError("--tp writes shards in the planes or tiles layout, not raw")
     if layout == "tiles":
@@ -314,17 +313,24 @@ def repack(
         records = [gf.kv_record(k) for k in gf.keys() if not k.startswith(metadata.KEY_PREFIX)]
         files = [(contents.entries, records)]
         if tp:
-            splits = shard.plan_of_file(gf, contents, tp)
+            try:
+                splits = shard.plan_of_file(gf, contents, tp)
+            except FormatError as e:
+                raise RepackError(
+                    f"--tp {tp} cuts a qwen35 model along its heads, and this one does not "
+                    f"split: {e}"
+                ) from None
             files = []
             for rank in range(tp):
                 entries = shard.shard_entries(gf, contents, splits, rank)
                 files.append((entries, records + shard.split_records(entries, tp, rank)))
-        with contextlib.ExitStack() as stack:  # every file appears when all are written
-            for path, (entries, recs) in zip(paths, files, strict=True):
-                staged = None
-                if not dry_run:
-                    staged = stack.enter_context(output.atomic_output(path, force, notice))
-                _write(gf, entries, recs, summary, ops, staged, progress, notice)
+        if dry_run:
+            for entries, recs in files:
+                _write(gf, entries, recs, summary, ops, None, progress, notice)
+        else:  # the files appear together, when all are written
+            with output.atomic_outputs(paths, force, notice) as staged:
+                for path, (entries, recs) in zip(staged, files, strict=True):
+                    _write(gf, entries, recs, summary, ops, path, progress, notice)
         summary.bytes_in = gf.size
     summary.seconds = time.perf_counter() - t0
     return summary

@@ -20,17 +20,19 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from . import gguf_io, metadata, weight_io
-from .arch import ARCHITECTURES, decode_plan
-from .errors import FormatError, RepackError
+from .arch import decode_plan
+from .errors import FormatError
 from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS
 from .fuse import Contents, Entry
 from .gguf_io import GGUFFile, OutTensor
-from .gguf_types import type_name
+from .gguf_types import DENSE_TYPES, type_name
 from .rotation import Rotation
 from .tp import ShardPlan, Split, shard_plan
 
-# The dense types a shard may cut: their elements are whole bytes, one weight each.
-DENSE_ITEM_BYTES = {0: 4, 1: 2, 30: 2}  # F32, F16, BF16
+
+def _item(type_id: int) -> np.dtype:
+    """The numpy storage of a dense type (gguf_types.DENSE_TYPES)."""
+    return np.dtype(DENSE_TYPES[type_id][1])
 
 
 @dataclass(frozen=True)
@@ -79,14 +81,12 @@ class ShardEntry(Entry):
         src, split = self._cut()
         t = src.tensor
         ne = split.shape(t.ne, self.rank)
-        item = DENSE_ITEM_BYTES[t.type_id]
-        return OutTensor(t.name, t.type_id, ne, item * int(np.prod(ne)))
+        return OutTensor(t.name, t.type_id, ne, _item(t.type_id).itemsize * int(np.prod(ne)))
 
     def chunks(self, gf: GGUFFile) -> Iterator[np.ndarray]:
         src, split = self._cut()
         t = src.tensor
-        item = DENSE_ITEM_BYTES[t.type_id]
-        arr = gf.data(t).view(f"V{item}").reshape(tuple(reversed(t.ne)))
+        arr = gf.data(t).view(_item(t.type_id)).reshape(tuple(reversed(t.ne)))
         axis = arr.ndim - 1 - split.axis  # numpy order is gguf's reversed
         idx = np.concatenate([np.arange(a, b) for a, b in split.pieces[self.rank]])
         yield np.ascontiguousarray(np.take(arr, idx, axis=axis)).view(np.uint8).reshape(-1)
@@ -129,7 +129,7 @@ def shard_entries(gf: GGUFFile, contents: Contents, plan: ShardPlan, rank: int) 
             continue
         if e.info is None:
             tid = e.tensor.type_id
-            if tid not in DENSE_ITEM_BYTES:
+            if tid not in DENSE_TYPES:
                 raise FormatError(
                     f"{gf.path}: tensor '{e.name}' is {type_name(tid)}; a shard cuts dense "
                     f"tensors of F32, F16 or BF16 only"
@@ -143,20 +143,37 @@ def shard_entries(gf: GGUFFile, contents: Contents, plan: ShardPlan, rank: int) 
 
 
 def plan_of_file(gf: GGUFFile, contents: Contents, g: int) -> ShardPlan:
-    """The tensor-parallel plan of the whole model in gf over g ranks. RepackError when the file
-    does not fit the architecture map or does not split so."""
+    """The tensor-parallel plan of the whole model in gf over g ranks. FormatError, naming the
+    file, when it does not fit the architecture map or does not split so."""
     names = [e.name for e in contents.entries]
     try:
         plan = decode_plan(names, gf)
         widths = {e.name: e.info.k for e in contents.entries if e.info is not None}
         rotation = Rotation.from_file(gf, widths)
-        ne = {e.name: e.info.ne if e.info is not None else e.tensor.ne for e in contents.entries}
-        return shard_plan(ne, plan, gf, rotation, g, gf.path)
     except FormatError as e:
-        raise RepackError(
-            f"--tp splits the models that pyq2's architecture map knows "
-            f"({', '.join(ARCHITECTURES)}) along their heads, and {gf.path} does not split: {e}"
-        ) from None
+        raise FormatError(f"{gf.path}: {e}") from None
+    ne = {e.name: e.info.ne if e.info is not None else e.tensor.ne for e in contents.entries}
+    return shard_plan(ne, plan, gf, rotation, g, gf.path)
+
+
+def order_shards(found: list[tuple[str, tuple[int, int] | None]]) -> list[str]:
+    """The paths of a shard set ordered by rank, from (path, metadata.shard_of of the file).
+    ValueError unless they are ranks 0..G-1 of one G, each once."""
+    sets: list[tuple[str, tuple[int, int]]] = []
+    for path, shard in found:
+        if shard is None:
+            raise ValueError(f"{path} is a whole model, not a tensor-parallel shard")
+        sets.append((path, shard))
+    if not sets:
+        raise ValueError("no shard given")
+    g = sets[0][1][0]
+    ranks = sorted((rank, p) for p, (size, rank) in sets if size == g)
+    if [r for r, _ in ranks] != list(range(g)) or len(sets) != g:
+        given = ", ".join(f"{rank} of {size}" for _, (size, rank) in sets)
+        raise ValueError(
+            f"the shards given are ranks {given}; a set is ranks 0..{g - 1} of {g}, each once"
+        )
+    return [p for _, p in ranks]
 
 
 def split_records(entries: list[Entry], g: int, rank: int) -> list[bytes]:

@@ -34,6 +34,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .arch import KeyValues, Plan
 from .errors import FormatError
 from .formats import PQ2_BLOCK_WEIGHTS
@@ -55,6 +57,12 @@ class Split:
 
     def size(self, rank: int) -> int:
         return sum(b - a for a, b in self.pieces[rank])
+
+    def held(self, rank: int) -> str:
+        """What rank holds, for messages: "rows 0:512,1024:1536 of 2048" (axis 1) or
+        "columns 128:256 of 256" (axis 0)."""
+        ranges = ",".join(f"{a}:{b}" for a, b in self.pieces[rank])
+        return f"{'rows' if self.axis else 'columns'} {ranges} of {self.extent}"
 
     def shape(self, ne: tuple[int, ...], rank: int) -> tuple[int, ...]:
         """The rank's part of a tensor of shape ne (gguf order)."""
@@ -223,6 +231,10 @@ class _Planner:
         for s in ("ffn_gate", "ffn_up"):
             self.expect(b + s + ".weight", 1, width, "ffn_down's columns")
         align, why = self.align(down)
+        if width % align:
+            raise FormatError(
+                f"{self.where}: '{down}' has {width} columns, not a multiple of {align} ({why})"
+            )
         cols = []
         for u0, u1 in self.ranks(width // align, f"the FFN in units of {align} columns", why):
             cols.append([(u0 * align, u1 * align)])
@@ -235,6 +247,31 @@ class _Planner:
         if vocab < self.g:
             raise FormatError(f"{self.where}: the head's {vocab} rows do not go to {self.g} GPUs")
         self.add(name, 1, [[r] for r in head_rows(vocab, self.g)])
+
+    def check_signs(self) -> None:
+        """A rank rotates each input width with one sign vector (the one of its width, or of the
+        whole width restricted to its columns): refuse a plan under which two weights of a rank
+        read one width with different signs."""
+        rot = self.rotation
+        if rot is None or rot.sign_mode == "identity":
+            return
+        for rank in range(self.g):
+            seen: dict[int, tuple[str, Any]] = {}
+            for name, shape in self.ne.items():
+                if len(shape) != 2 or not rot.carries(name):
+                    continue
+                split = self.splits.get(name)
+                whole = rot.signs_for(split.extent if split and split.axis == 0 else shape[0])
+                if split is not None and split.axis == 0 and whole is not None:
+                    whole = np.concatenate([whole[a:b] for a, b in split.pieces[rank]])
+                width = len(whole) if whole is not None else shape[0]
+                first = seen.setdefault(width, (name, whole))
+                if whole is not None and not np.array_equal(first[1], whole):
+                    raise FormatError(
+                        f"{self.where}: over {self.g} GPUs, rank {rank}'s parts of "
+                        f"'{first[0]}' and '{name}' read input width {width} with different "
+                        f"rotation signs, which a rank cannot hold at once"
+                    )
 
 
 def head_rows(vocab: int, g: int) -> list[Range]:
@@ -280,4 +317,5 @@ def shard_plan(
             p.recurrence(b, plan.v_heads, plan.k_heads)
         p.ffn(b)
     p.head("output.weight")
+    p.check_signs()
     return ShardPlan(g, p.splits)

@@ -24,13 +24,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import fuse, gguf_io, shard, weight_io
-from .errors import RepackError
 from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS, pq2_unpack
 from .fuse import Entry
 from .gguf_io import GGUFFile, Tensor
 from .metadata import KEY_PREFIX, shard_of, tensor_split
 from .shard import ShardEntry
-from .tp import Split
 from .weight_io import Backend, stored_tile_rows
 
 
@@ -171,20 +169,14 @@ def _shard_entries(
     """Per shard file (in the order given), what it should hold: its rank's parts of fa's
     tensors; or a message saying why the files are not one complete set of fa's shards, or
     where a shard's recorded parts differ from the plan."""
-    ranks = []
-    for fb in shards:
-        sh = shard_of(fb)
-        if sh is None:
-            return f"{fb.path} is not a tensor-parallel shard; give one file or all shards"
-        ranks.append(sh)
-    g = ranks[0][0]
-    if any(size != g for size, _ in ranks) or sorted(r for _, r in ranks) != list(range(g)):
-        given = ", ".join(f"{r} of {size}" for size, r in ranks)
-        return f"the shards given are ranks {given}; a set is ranks 0..{g - 1} of {g}, each once"
+    found = [(fb.path, shard_of(fb)) for fb in shards]
     try:
+        order = shard.order_shards(found)
+        g = len(order)
         plan = shard.plan_of_file(fa, contents, g)
-    except RepackError as err:
+    except ValueError as err:  # FormatError too
         return str(err)
+    ranks = [(g, order.index(fb.path)) for fb in shards]
     out = []
     for fb, (_, rank) in zip(shards, ranks, strict=True):
         expected = shard.shard_entries(fa, contents, plan, rank)
@@ -192,21 +184,14 @@ def _shard_entries(
             ne = held.info.ne if held.info is not None else held.tensor.ne
             got = tensor_split(fb, held.name, tuple(ne), g, rank)
             want = plan.split(held.name)
-            if _held(got, rank) != _held(want, rank):
+            got_s, want_s = (s.held(rank) if s else "the whole tensor" for s in (got, want))
+            if got_s != want_s or (got and want and got.axis != want.axis):
                 return (
-                    f"tensor '{held.name}' of {fb.path} (rank {rank}) holds "
-                    f"{_held(got, rank)}; the plan of {fa.path} over {g} GPUs gives "
-                    f"{_held(want, rank)}"
+                    f"tensor '{held.name}' of {fb.path} (rank {rank}) holds {got_s}; the "
+                    f"plan of {fa.path} over {g} GPUs gives {want_s}"
                 )
         out.append(expected)
     return out
-
-
-def _held(split: Split | None, rank: int) -> str:
-    if split is None:
-        return "the whole tensor"
-    pieces = ", ".join(f"[{a}, {b})" for a, b in split.pieces[rank])
-    return f"{pieces} of {split.extent} along axis {split.axis}"
 
 
 def verify(original, repacked, backend: str = "auto") -> VerifyResult:
@@ -216,6 +201,8 @@ def verify(original, repacked, backend: str = "auto") -> VerifyResult:
     ops = Backend(backend)
     res = VerifyResult(True, "")
     paths = [repacked] if isinstance(repacked, (str, os.PathLike)) else list(repacked)
+    if not paths:
+        raise ValueError("verify needs a file to compare with the original")
     with gguf_io.open_gguf(original) as fa, contextlib.ExitStack() as stack:
         files = [stack.enter_context(gguf_io.open_gguf(p)) for p in paths]
         contents = fuse.contents(fa)

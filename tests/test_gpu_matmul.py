@@ -873,3 +873,17 @@ def test_bad_arguments_return_status():
         w.struct(), _ffi.NULL, 0, _ffi.NULL, 0, 1, _ffi.NULL, _ffi.NULL, 0, _ffi.NULL
     )
     assert _ffi.string(_lib.pq2_status_name(st)) == b"PQ2_ERR_NULL_POINTER"
+
+
+def test_dispatch_takes_the_nearest_listed_shape_at_m_up_to_8():
+    """A shape the tuned table does not list takes, at m <= 8, the entries of the listed shape
+    nearest it (select.cu): 18432 x 5120 (a 2-way shard's gate_up) those of 16384 x 5120; at
+    m = 9..16 and for the GEMM families the lines for any shape, as 1000 x 1024 gets them."""
+    unlisted = weights((18432, 5120), "ternary", "tiles", 2)[2]
+    listed = weights((16384, 5120), "ternary", "tiles", 2)[2]
+    far = weights((1000, 1024), "ternary", "tiles", 2)[2]
+    for m in (1, 2, 3, 5, 8):
+        assert unlisted.config_for(m) == listed.config_for(m), m
+    for m in (9, 16, 17, 300):  # (the GEMM's split count follows the shape)
+        got, want = unlisted.config_for(m), far.config_for(m)
+        assert {**got, "splits": 0} == {**want, "splits": 0}, m

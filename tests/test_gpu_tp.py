@@ -34,19 +34,24 @@ FIRST_TOL = 1e-6
 
 
 class Lockstep:
-    """The collective of one rank of a lockstep run: run_lockstep does its work."""
+    """The collective of one rank of a lockstep run on one GPU: run_lockstep sums the reduce
+    buffers itself; all_gather reads every rank's send buffer (`group`: the ranks' steps)."""
 
-    def __init__(self, size, rank):
-        self.size, self.rank = size, rank
+    def __init__(self, size, rank, group):
+        self.size, self.rank, self.group = size, rank, group
 
     def all_reduce(self, t):
         raise AssertionError("run_lockstep sums the buffers")
 
     def all_gather(self, t, out):
-        raise AssertionError("run_lockstep gathers the logits")
+        for r, step in enumerate(self.group):
+            out[r].copy_(step._send)
 
 
 def run_lockstep(steps):
+    """Every rank's calls in turn; a reduce sums the ranks' buffers (in fp32, as NCCL does); the
+    gather runs twice over the ranks, so that the second pass reads every rank's send buffer
+    filled by the first."""
     for calls in zip(*(s.calls for s in steps), strict=True):
         kinds = {c.kind for c in calls}
         assert len(kinds) == 1, kinds
@@ -54,32 +59,54 @@ def run_lockstep(steps):
             total = sum(c.buffers["x"].float() for c in calls)
             for c in calls:
                 c.buffers["x"].copy_(total)
-        elif calls[0].kind == "gather":
-            logits = torch.cat([c.buffers["local"] for c in calls], dim=1)
-            for c in calls:
-                c.buffers["logits"].copy_(logits)
         else:
-            for c in calls:
-                c.fn()
+            for _ in range(2 if calls[0].kind == "gather" else 1):
+                for c in calls:
+                    c.fn()
     torch.cuda.synchronize()
+
+
+def lockstep_steps(shards, m, **kw):
+    steps: list = []
+    for r, s in enumerate(shards):
+        steps.append(DecodeStep(s, m, collective=Lockstep(len(shards), r, steps), **kw))
+    return steps
 
 
 def take(x, pieces):
     return torch.cat([x[:, a:b] for a, b in pieces], dim=1)
 
 
-@pytest.mark.parametrize("fuse", [False, True])
-@pytest.mark.parametrize("m", [1, 5])
-def test_shards_in_lockstep_give_the_single_gpu_step(demo_gguf, tmp_path, m, fuse):
-    whole = load(repack(demo_gguf, tmp_path / "w.gguf").out_path)
-    shards = [load(p) for p in repack(demo_gguf, tmp_path / "s.gguf", tp=2, fuse=fuse).shards]
-    assert [s.tp for s in shards] == [(2, 0), (2, 1)]
+def small_model(path):
+    """A qwen35 model that splits 3 ways (tests/test_tp.py's SMALL), folded, identity signs."""
+    from .test_fuse import write_qwen35
+    from .test_tp import SMALL
+
+    names = [n for n, kind, _ in SMALL.tensors() if kind == "pq2"]
+    write_qwen35(path, SMALL, folded=names[1:])
+    return path
+
+
+@pytest.mark.parametrize(
+    "model,g,fuse,m",
+    [
+        ("demo", 2, False, 1),
+        ("demo", 2, True, 1),
+        ("demo", 2, False, 5),
+        ("demo", 2, True, 5),
+        ("small", 3, True, 1),
+        ("small", 3, False, 4),
+    ],
+)
+def test_shards_in_lockstep_give_the_single_gpu_step(demo_gguf, tmp_path, model, g, fuse, m):
+    src = demo_gguf if model == "demo" else small_model(tmp_path / "small.gguf")
+    whole = load(repack(src, tmp_path / "w.gguf").out_path)
+    shards = [load(p) for p in repack(src, tmp_path / "s.gguf", tp=g, fuse=fuse).shards]
+    assert [s.tp for s in shards] == [(g, r) for r in range(g)]
     one = DecodeStep(whole, m, dtype=torch.float32, seed=m)
-    steps = [
-        DecodeStep(s, m, dtype=torch.float32, collective=Lockstep(2, r))
-        for r, s in enumerate(shards)
-    ]
-    ids = torch.arange(m, dtype=torch.int32, device="cuda") * 91 % 1024
+    steps = lockstep_steps(shards, m, dtype=torch.float32)
+    vocab = whole.weights["output.weight"].shape[0]
+    ids = torch.arange(m, dtype=torch.int32, device="cuda") * 91 % vocab
     plan = whole.plan
     for r, (step, shard) in enumerate(zip(steps, shards, strict=True)):
         step.ids.copy_(ids)
@@ -106,11 +133,13 @@ def test_shards_in_lockstep_give_the_single_gpu_step(demo_gguf, tmp_path, m, fus
             assert name not in first or err <= FIRST_TOL, (name, r, err)
             worst = max(worst, err)
             assert err <= TP_TOL, (name, r, err)
+    rows = [s.splits["output.weight"].pieces[r] for r, s in enumerate(shards)]
+    assert len({b - a for ((a, b),) in rows}) == (1 if model == "demo" else 2)  # small: uneven
     for step in steps:
         assert torch.equal(steps[0].logits, step.logits)
         assert reference.rel_rms(f64(step.logits), f64(one.outputs["output.weight"])) <= TP_TOL
         assert torch.equal(steps[0].h[0], step.h[0]) and torch.equal(steps[0].h[1], step.h[1])
-    print(f"m={m} fuse={fuse}: worst rel RMS {worst:.2e}")
+    print(f"{model} G={g} m={m} fuse={fuse}: worst rel RMS {worst:.2e}")
 
 
 def test_a_shards_step_needs_its_collective(demo_gguf, tmp_path):
@@ -118,13 +147,13 @@ def test_a_shards_step_needs_its_collective(demo_gguf, tmp_path):
     with pytest.raises(ValueError, match="is shard 1 of 2: its step needs a collective"):
         DecodeStep(shard, 1)
     with pytest.raises(ValueError, match="collective of rank 0 of 2 for .*rank 1 of 2"):
-        DecodeStep(shard, 1, collective=Lockstep(2, 0))
+        DecodeStep(shard, 1, collective=Lockstep(2, 0, []))
 
 
 def test_synthetic_shards_have_the_plans_shapes():
     for rank in (0, 1):
         model = synthetic("tiny", tp=(2, rank))
-        step = DecodeStep(model, 2, collective=Lockstep(2, rank))
+        step = DecodeStep(model, 2, collective=Lockstep(2, rank, []))
         assert model.plan.v_heads == 2 and model.plan.k_heads == 1
         assert step.logits.shape == (2, 1024)
         del step, model

@@ -9,6 +9,7 @@ import stat
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -239,3 +240,26 @@ def test_nothing_to_convert_is_not_called_a_conversion(tmp_path, capsys):
         "0 tensors converted, 1 passed through;"
     )
     assert "rt=" not in stdout
+
+
+def test_atomic_outputs_appear_together_or_not_at_all(tmp_path):
+    a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
+    with output.atomic_outputs([a, b], force=False) as (sa, sb):
+        Path(sa).write_text("A")
+        Path(sb).write_text("B")
+        assert listing(tmp_path) != ["a.gguf", "b.gguf"]
+    assert a.read_text() == "A" and b.read_text() == "B"
+    a.unlink(), b.unlink()
+    # the second appears while they are written: the first, already moved, is removed again
+    with pytest.raises(RepackError, match="b.gguf exists"):
+        with output.atomic_outputs([a, b], force=False) as (sa, sb):
+            Path(sa).write_text("A")
+            Path(sb).write_text("B")
+            b.write_text("other")
+    assert listing(tmp_path) == ["b.gguf"] and b.read_text() == "other"
+    # a failure while writing: nothing appears, no temporary stays
+    with pytest.raises(OSError):
+        with output.atomic_outputs([a, tmp_path / "c.gguf"], force=True) as (sa, _):
+            Path(sa).write_text("A")
+            raise OSError(28, "No space left on device")
+    assert listing(tmp_path) == ["b.gguf"]

@@ -49,11 +49,11 @@ const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t 
 }
 
 // For a shape the table does not list, at m <= kNearestMaxM: the entry serving m of the listed
-// shape nearest (n, k) for this layout and rt, by |log2(n / n_e)| + |log2(k / k_e)| (the first
-// of equals); NULL when the table lists no shape for them. Measured on the shards of the 27B over
-// 2 GPUs (tools/bench/bench_tp_ranks.py; tools/bench/NOTES.md): a rank's step 9% faster at m = 1
-// than on the fallback lines, 2-6% at m = 4, 1-6% at m = 8; at m = 16 up to 4% slower, so above
-// 8 the fallback lines stay.
+// shape nearest (n, k) for this layout and rt among those with an entry serving m, by
+// |log2(n / n_e)| + |log2(k / k_e)| (the first of equals); NULL when there is none. Measured on
+// the shards of the 27B over 2 GPUs (tools/bench/bench_tp_ranks.py; tools/bench/NOTES.md): a
+// rank's step 9% faster at m = 1 than on the fallback lines, 2-6% at m = 4, 1-6% at m = 8; at
+// m = 16 up to 4% slower, so above 8 the fallback lines stay.
 constexpr int64_t kNearestMaxM = 8;
 
 const tuned_entry *nearest(int32_t layout, int32_t layout_rt, int64_t n, int64_t k, int64_t m,
@@ -63,9 +63,10 @@ const tuned_entry *nearest(int32_t layout, int32_t layout_rt, int64_t n, int64_t
     const tuned_entry *best = nullptr;
     double best_d = 0.0;
     for (const tuned_entry &e : kTable) {
-        if (e.layout != layout || e.n == 0 ||
-            (layout == PQ2_LAYOUT_TILES && e.layout_rt != layout_rt))
-            continue;
+        if (e.layout != layout || e.n == 0 || m > e.m_max ||
+            (layout == PQ2_LAYOUT_TILES && e.layout_rt != layout_rt) ||
+            (!sm90 && e.cfg.family == PQ2_FAMILY_GEMM_SM90))
+            continue;  // not a listed shape, or an entry that cannot serve m here
         const double d = std::fabs(std::log2((double)n / (double)e.n)) +
                          std::fabs(std::log2((double)k / (double)e.k));
         if (!best || d < best_d) {
