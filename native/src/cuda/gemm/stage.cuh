@@ -6,6 +6,7 @@
 
 #include <cuda_fp16.h>
 
+#include "arrival.cuh"
 #include "codes.cuh"
 #include "dtypes.cuh"
 #include "gemm/gemm.h"
@@ -79,13 +80,7 @@ __device__ __forceinline__ void store_tile(const pq2_gemm_problem &p, const floa
     if (has_acc)
 #pragma unroll
         for (int i = 0; i < N; ++i) mine[tok_of(i) * kRows + row_of(i)] = acc[i];
-    __threadfence();
-    __syncthreads();
-    __shared__ unsigned last;
-    if (threadIdx.x == 0) last = atomicAdd(p.counters + tile, 1u) == (unsigned)(p.splits - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!pq2_last_to_arrive(p.counters + tile, p.splits)) return;
     const float *all = p.partial + tile * p.splits * kTile;
     for (int e = threadIdx.x; e < kTile; e += blockDim.x) {
         const int64_t row = row0 + e % kRows, tok = tok0 + e / kRows;

@@ -4,6 +4,7 @@
 // never depend on timing.
 #pragma once
 
+#include "arrival.cuh"
 #include "dtypes.cuh"
 #include "rowblock/problem.cuh"
 
@@ -83,14 +84,7 @@ __device__ __forceinline__ void reduce_store(const pq2_rowblock_problem &p, floa
             pq2_store_from_f32(p.y, (size_t)tok * p.n + n_row, p.y_dtype, v);
     }
     if constexpr (!SPLIT) return;
-    // Arrival: every thread's partial is visible device-wide before thread 0 counts the block.
-    __threadfence();
-    __syncthreads();
-    __shared__ unsigned last;
-    if (threadIdx.x == 0) last = atomicAdd(p.counters + rb, 1u) == (unsigned)(p.splits - 1);
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
+    if (!pq2_last_to_arrive(p.counters + rb, p.splits)) return;
     pq2_store_partial_sums(
         p, rb, TR, p.splits, [&](int i) { return part + (size_t)i * outputs; }, threadIdx.x,
         blockDim.x);
