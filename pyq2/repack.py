@@ -199,6 +199,13 @@ def _write(
         raise
 
 
+def _shifted(progress: Progress | None, before: int, total: int) -> Progress | None:
+    """progress of one of several files: its bytes done after `before`, out of `total`."""
+    if progress is None:
+        return None
+    return lambda done, _, name: progress(before + done, total, name)
+
+
 def shard_paths(out_path: str, g: int) -> list[str]:
     """The files of a G-shard set written to OUT: OUT with .tp<G>-<rank> before its .gguf
     suffix (model.gguf: model.tp2-0.gguf, model.tp2-1.gguf)."""
@@ -324,13 +331,18 @@ def repack(
             for rank in range(tp):
                 entries = shard.shard_entries(gf, contents, splits, rank)
                 files.append((entries, records + shard.split_records(entries, tp, rank)))
+        # one progress over all files: each file's bytes after those of the files before it
+        sizes = [sum(e.nbytes for e in entries) for entries, _ in files]
+        steps: list[Progress | None] = [
+            _shifted(progress, sum(sizes[:i]), sum(sizes)) for i in range(len(files))
+        ]
         if dry_run:
-            for entries, recs in files:
-                _write(gf, entries, recs, summary, ops, None, progress, notice)
+            for (entries, recs), step in zip(files, steps, strict=True):
+                _write(gf, entries, recs, summary, ops, None, step, notice)
         else:  # the files appear together, when all are written
             with output.atomic_outputs(paths, force, notice) as staged:
-                for path, (entries, recs) in zip(staged, files, strict=True):
-                    _write(gf, entries, recs, summary, ops, path, progress, notice)
+                for path, (entries, recs), step in zip(staged, files, steps, strict=True):
+                    _write(gf, entries, recs, summary, ops, path, step, notice)
         summary.bytes_in = gf.size
     summary.seconds = time.perf_counter() - t0
     return summary

@@ -444,3 +444,10 @@ def test_repack_tp_reads_a_repacked_fused_source(tmp_path):
     plain = repack(src, tmp_path / "p.gguf", rt=1, tp=2)
     for a, b in zip(s.shards, plain.shards, strict=True):
         assert Path(a).read_bytes() == Path(b).read_bytes()
+
+
+def test_repack_tp_reports_one_progress_over_the_shards(tmp_path, demo_gguf):
+    seen = []
+    repack(demo_gguf, tmp_path / "a.gguf", tp=2, progress=lambda d, t, n: seen.append((d, t)))
+    done = [d for d, _ in seen]
+    assert done == sorted(done) and seen[-1][0] == seen[-1][1] and len({t for _, t in seen}) == 1
