@@ -1,7 +1,7 @@
 """The `pyq2` command line: repack, info, verify, demo, bench.
 
 Exit status: 0 success, 1 error (one line `pyq2: error: ...` on stderr, no traceback) or a verify
-mismatch, 2 usage,
+mismatch (`pyq2: verify: MISMATCH: ...`), 2 usage,
 128 + N when signal N stopped it (130 for Ctrl-C, 143 for SIGTERM; one line `pyq2: error:
 interrupted (SIGTERM)`). A stopped repack leaves neither OUT nor a temporary file. Set
 PYQ2_DEBUG=1 to get the traceback of an unexpected error.
@@ -26,7 +26,8 @@ from .errors import FormatError, Pq2Error
 PROG = "pyq2"
 
 EPILOG = """\
-exit status: 0 success; 1 error or verify mismatch (one line "pyq2: error: ..."); 2 usage error;
+exit status: 0 success; 1 error (one line "pyq2: error: ...") or verify mismatch ("pyq2: verify:
+MISMATCH: ..."); 2 usage error;
 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM), leaving no output and no temporary file.
 PYQ2_DEBUG=1 shows the traceback of an unexpected error.
 """
@@ -93,6 +94,7 @@ def _notice(line: str) -> None:
 
 
 def _cmd_repack(args) -> int:
+    from .metadata import TP_MAX
     from .repack import repack
 
     if args.output == "":
@@ -104,9 +106,8 @@ def _cmd_repack(args) -> int:
             "--fuse applies to the planes and tiles layouts, not --layout raw (which splits a "
             "fused file back into its original tensors)"
         )
-    if args.tp is not None and args.tp < 2:
-        args.usage_error(f"--tp {args.tp}: a tensor-parallel set has 2 or more shards")
-    # (repack checks the upper bound: pyq2.metadata.TP_MAX)
+    if args.tp is not None and not 2 <= args.tp <= TP_MAX:
+        args.usage_error(f"--tp {args.tp}: a tensor-parallel set has 2 to {TP_MAX} shards")
     if args.tp and args.layout == "raw":
         args.usage_error("--tp writes shards in the planes or tiles layout, not --layout raw")
     bar = _Bar() if sys.stderr.isatty() else None

@@ -80,8 +80,6 @@ def describe(path) -> dict[str, Any]:
                 )
                 if info.layout == "tiles":
                     row["rt"] = info.rt
-            if t.name in splits and shard is not None:
-                row["tp"] = splits[t.name].held(shard[1])
             if t.name in contents.fused:
                 row["members"] = [
                     {
@@ -115,7 +113,11 @@ def describe(path) -> dict[str, Any]:
             "weights": {"count": len(weights), "bytes": sum(r["bytes"] for r in weights)},
             "fused": {"count": len(contents.fused), "members": members},
             "tp": (
-                {"size": shard[0], "rank": shard[1], "cut": len(splits)}
+                {
+                    "size": shard[0],
+                    "rank": shard[1],
+                    "parts": {name: split.held(shard[1]) for name, split in splits.items()},
+                }
                 if shard is not None
                 else None
             ),
@@ -166,7 +168,7 @@ def format_info(path_or_info) -> str:
         tp = d["tp"]
         lines.append(
             f"shard:     rank {tp['rank']} of {tp['size']} tensor-parallel shards; "
-            f"{tp['cut']} tensors hold a part of the model's (listed last)"
+            f"{len(tp['parts'])} tensors hold a part of the model's (listed last)"
         )
     lines.append("metadata:")
     for k, v in d["metadata"].items():
@@ -198,7 +200,7 @@ def format_info(path_or_info) -> str:
             lines.append(
                 f"    {m['name']:<{width}}  rows {span:<13} {shape:<11} tensor {m['position']}"
             )
-    tp_parts = [(t["name"], t["tp"]) for t in d["tensors"] if "tp" in t]
+    tp_parts = list(d["tp"]["parts"].items()) if d.get("tp") else []
     if tp_parts:
         lines.append("tensor-parallel parts (ranges held, of the whole tensor's):")
         pad = max(len(name) for name, _ in tp_parts)

@@ -40,8 +40,10 @@ PQ2_0; PTQ1_0 and TQ2_0 sources come back as the equivalent PQ2_0 (same weights)
 
 This module is the schema: the key names, `weight_info` (a file's keys for one tensor to a
 WeightInfo), `fused_members` (a fused tensor's members, checked against its shape and layout)
-and `key_values` (the keys a repacked file gets). pyq2.gguf_io reads and writes them; pyq2.fuse
-checks what only the whole file can tell (member names and positions).
+and `key_values` (the keys a repacked file gets); for shards `shard_of` (a file's rank),
+`tensor_split` (a tensor's part, checked against its shape) and `split_key_values` (a shard's
+keys). pyq2.gguf_io reads and writes them; pyq2.fuse checks what only the whole file can tell
+(member names and positions).
 """
 
 from __future__ import annotations

@@ -6,9 +6,11 @@ rank's part of it, cut along one axis (`Split`):
 - column-parallel, cut along the output rows (gguf axis 1): the projections that read the
   normed residual stream (attention q/k/v, Gated-DeltaNet qkv and gate, FFN gate and up), the
   recurrence's per-head tensors that follow them (ssm_alpha, ssm_beta, ssm_conv1d, ssm_a,
-  ssm_dt.bias) and the output head (its vocabulary rows: a host gathers the logits);
+  ssm_dt.bias) and the output head (its vocabulary rows: the decode step's "gather" call
+  collects the logits);
 - row-parallel, cut along the input columns (axis 0): attn_output, ssm_out, ffn_down. A rank's
-  product is a partial sum over its columns; a host all-reduces it before the residual add;
+  product is a partial sum over its columns, which the step's "reduce" call sums over the ranks
+  before the residual add;
 - replicated: the embedding, the norms, attn_q_norm / attn_k_norm / ssm_norm.
 
 A rank takes whole heads, so that the mixer between its column- and row-parallel projections
@@ -23,8 +25,9 @@ them (the 27B's FFN, 17 blocks of 1024, splits 9 + 8 over 2 GPUs). A layer with 
 G is refused, with the unit and what makes it that size.
 
 `shard_plan` computes the plan from a file's tensor shapes, keys, decode plan and rotation
-contract; pyq2.shard writes the shards, pyq2.verify checks them against the original, and
-pyq2.metadata holds the keys that record a shard's part of each tensor.
+contract; pyq2.shard reads a rank's parts from the whole file, pyq2.repack writes them,
+pyq2.verify checks them against the original, and pyq2.metadata holds the keys that record a
+shard's part of each tensor.
 """
 
 from __future__ import annotations

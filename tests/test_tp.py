@@ -404,9 +404,12 @@ def test_cli_repack_tp_verify_and_info(tmp_path, demo_gguf):
     r = run_pyq2("verify", str(demo_gguf), s1)
     assert r.returncode == 1 and "MISMATCH" in r.stderr
     r = run_pyq2("repack", str(demo_gguf), "--tp", "1", "-o", str(tmp_path / "x.gguf"))
-    assert r.returncode == 2 and "2 or more shards" in r.stderr
+    assert r.returncode == 2 and "2 to 1024 shards" in r.stderr
     d = describe(s1)
-    assert d["tp"] == {"size": 2, "rank": 1, "cut": 19}
+    assert d["tp"]["size"] == 2 and d["tp"]["rank"] == 1 and len(d["tp"]["parts"]) == 19
+    fused = describe(repack(demo_gguf, tmp_path / "f.gguf", tp=2, fuse=True).shards[0])
+    assert fused["tp"]["parts"]["blk.0.ffn_up.weight"] == "rows 0:384 of 768"
+    assert len(fused["tp"]["parts"]) == 19
     text = format_info(d)
     assert (
         "shard:     rank 1 of 2" in text

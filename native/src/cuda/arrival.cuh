@@ -5,7 +5,7 @@
 
 // Called by every thread of a block after it has written its partials: true in every thread of
 // the block that arrives last of `count` on *counter, which then sees every other block's
-// partials (read them with __ldcg, past L1). That block resets the counter when it is done.
+// partials (read them with __ldcg, past L1). The caller, in that block, resets the counter.
 __device__ __forceinline__ bool pq2_last_to_arrive(unsigned *counter, int count)
 {
     __threadfence();  // this thread's partials are visible device-wide before the block counts
