@@ -65,6 +65,11 @@ class Entry:
         )
 
     @property
+    def ne(self) -> tuple[int, ...]:
+        """The logical shape (gguf order): a weight's, else the stored tensor's."""
+        return self.info.ne if self.info is not None else self.tensor.ne
+
+    @property
     def input_width(self) -> int | None:
         """The width of the activation a weight reads as the model defines it (its K; for a
         shard's part of a row-parallel weight, the whole weight's): the width whose rotation
@@ -112,6 +117,10 @@ class Contents:
 
     def by_name(self) -> dict[str, Entry]:
         return {e.name: e for e in self.entries}
+
+    def splits(self) -> dict[str, Split]:
+        """A tensor-parallel shard's parts (Entry.split) by tensor name; {} for a whole model."""
+        return {e.name: e.split for e in self.entries if e.split is not None}
 
 
 def contents(gf: GGUFFile, check_bytes: bool = True) -> Contents:
@@ -181,7 +190,7 @@ def contents(gf: GGUFFile, check_bytes: bool = True) -> Contents:
 
 
 def _split_of(gf: GGUFFile, e: Entry, size: int, rank: int) -> Split | None:
-    ne = e.info.ne if e.info is not None else e.tensor.ne
+    ne = e.ne
     return metadata.tensor_split(gf, e.name, tuple(ne), size, rank)
 
 

@@ -323,16 +323,16 @@ def quantize_q8(
 @dataclass
 class DeviceRotation:
     """A Hadamard rotation on the GPU: block size B and the width's int8 sign vector (a cuda
-    tensor, or None for all +1). From a file's contract: DeviceRotation.of(rotation, width)."""
+    tensor, or None for all +1). From host signs: DeviceRotation.of(block, signs)."""
 
     block: int
     signs: Any = None
 
     @classmethod
-    def of(cls, rotation, width: int, device="cuda") -> DeviceRotation:
+    def of(cls, block: int, signs, device="cuda") -> DeviceRotation:
+        """B and a host int8 sign vector (None: all +1), the signs copied to the device."""
         torch = _torch()
-        s = rotation.signs_for(width)
-        return cls(rotation.block, None if s is None else torch.from_numpy(s).to(device))
+        return cls(block, None if signs is None else torch.from_numpy(signs).to(device))
 
     def struct(self):
         ffi, _ = _native.load()

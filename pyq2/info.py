@@ -61,7 +61,7 @@ def describe(path) -> dict[str, Any]:
             if k.startswith((HADAMARD_PREFIX, TENSOR_KEY_PREFIX)):
                 continue
             meta[k] = _value_summary(gf, k)
-        splits = {e.name: e.split for e in contents.entries if e.split is not None}
+        splits = contents.splits()
         shard = shard_of(gf)
         tensors = []
         for t in gf.tensors:

@@ -42,7 +42,7 @@ from .gguf_types import DENSE_TYPES, type_name
 from .gpu import DeviceRotation, PQ2Weights, _torch
 from .metadata import Member
 from .rotation import Rotation
-from .tp import Split, shard_plan
+from .tp import Split, rank_signs, shard_plan
 
 Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, tensor name)
 
@@ -186,8 +186,15 @@ def check(gf) -> Checked:
             )
     shard = metadata.shard_of(gf)
     rank = shard[1] if shard is not None else 0
-    signs = rotation_signs(rotation, contents.entries, rank, gf.path) if rotation else {}
-    splits = {e.name: e.split for e in contents.entries if e.split is not None}
+    signs = {}
+    if rotation is not None:
+        weights = [
+            (e.name, e.info.k, e.split)
+            for e in contents.entries
+            if e.info is not None and rotation.carries(e.name)
+        ]
+        signs = rank_signs(rotation, weights, rank, gf.path)
+    splits = contents.splits()
     return Checked(local_heads(plan, splits, rank), rotation, contents, dense, signs, shard)
 
 
@@ -309,10 +316,9 @@ def load(
     rotations: dict[int, DeviceRotation] = {}
     if rotation is not None:
         for width, signs in checked.signs.items():
-            s = None if signs is None else torch.from_numpy(signs).to(device)
-            rotations[width] = DeviceRotation(rotation.block, s)
+            rotations[width] = DeviceRotation.of(rotation.block, signs, device)
     grouped = rotation is not None and rotation.gdn_v_grouped
-    splits = {e.name: e.split for e in checked.contents.entries if e.split is not None}
+    splits = checked.contents.splits()
     return Model(
         checked.plan,
         rotation,
@@ -327,48 +333,12 @@ def load(
     )
 
 
-def rotation_signs(
-    rotation: Rotation, entries: list[Entry], rank: int, where: str
-) -> dict[int, np.ndarray | None]:
-    """The signs of each input width the weights that carry the rotation read (None: all +1).
-    A shard's part of a row-parallel weight reads its columns of the whole width: those columns
-    of its signs. FormatError when two weights read one width with different signs."""
-    out: dict[int, np.ndarray | None] = {}
-    first: dict[int, str] = {}
-    for e in entries:
-        if e.info is None or not rotation.carries(e.name):
-            continue
-        width, split = e.info.k, e.split
-        if split is not None and split.axis == 0:
-            whole = rotation.signs_for(split.extent)
-            signs = None if whole is None else take_pieces(whole, split.pieces[rank])
-        else:
-            signs = rotation.signs_for(width)
-        if width in out and not _same(out[width], signs):
-            raise FormatError(
-                f"{where}: '{first[width]}' and '{e.name}' read input width {width} with "
-                f"different rotation signs; this shard cannot serve both"
-            )
-        out.setdefault(width, signs)
-        first.setdefault(width, e.name)
-    return out
-
-
-def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
-    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
-
-
-def take_pieces(x: np.ndarray, pieces) -> np.ndarray:
-    """x[a:b] of each piece, one after another."""
-    return np.concatenate([x[a:b] for a, b in pieces])
-
-
 def local_heads(plan: Plan, splits: dict[str, Split], rank: int) -> Plan:
     """The plan with a shard's own Gated-DeltaNet V and K head counts (the mixer's permutation
     works on the rank's heads), from its part of ssm_alpha; the plan itself for a whole model."""
     for name, split in splits.items():
         if name.endswith(".ssm_alpha.weight"):
-            v = sum(b - a for a, b in split.pieces[rank])
+            v = split.size(rank)
             return replace(plan, v_heads=v, k_heads=v * plan.k_heads // plan.v_heads)
     return plan
 

@@ -25,7 +25,11 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from . import _native, gguf_io, metadata, shard
+from .collective import Nccl
 from .gpu import _torch
+from .model import load, synthetic
+from .step import DecodeStep
+from .timing import graph_ms, read_bandwidth_gbs
 
 
 def _free_port() -> int:
@@ -113,11 +117,6 @@ def shard_files(paths: Sequence[str]) -> list[str]:
 
 def bench_rank(rank: int, g: int, source: str, files: list[str], opts: dict) -> dict:
     """One rank of `pyq2 bench --tp G` (module docstring); rank 0 returns the results."""
-    from .collective import Nccl
-    from .model import load, synthetic
-    from .step import DecodeStep
-    from .timing import graph_ms, read_bandwidth_gbs
-
     torch = _torch()
     dist = torch.distributed
     ms, replays, fuse = opts["ms"], opts["replays"], opts["fuse"]

@@ -138,9 +138,12 @@ def _write(
     staged: str | None,
     progress: Progress | None,
     notice: output.Notice | None,
+    done: int,
+    total: int,
 ) -> None:
     """Write the tensors `entries` (the original tensors, or a shard's parts of them) and the
-    key/value records (then pyq2's own) as one file to `staged`; None: a dry run."""
+    key/value records (then pyq2's own) as one file to `staged`; None: a dry run. Progress
+    counts the source bytes of all files written by the run (`total`), `done` before this one."""
     layout, rt = summary.layout, summary.rt
     groups: list[fuse_mod.Group] = []
     if summary.fuse:
@@ -158,8 +161,6 @@ def _write(
         kvs = metadata.key_values(layout, rt, weights, fused)
         records = records + [gguf_io.encode_kv(*kv) for kv in kvs]
     outs = [it.out for it in plan]
-    total = sum(e.nbytes for e in entries)
-    done = 0
 
     def tensor_data(i: int, out: OutTensor) -> Iterator:
         nonlocal done
@@ -197,13 +198,6 @@ def _write(
         if not str(e).startswith(gf.path):
             raise FormatError(f"{gf.path}: {e}") from None
         raise
-
-
-def _shifted(progress: Progress | None, before: int, total: int) -> Progress | None:
-    """progress of one of several files: its bytes done after `before`, out of `total`."""
-    if progress is None:
-        return None
-    return lambda done, _, name: progress(before + done, total, name)
 
 
 def shard_paths(out_path: str, g: int) -> list[str]:
@@ -333,16 +327,16 @@ def repack(
                 files.append((entries, records + shard.split_records(entries, tp, rank)))
         # one progress over all files: each file's bytes after those of the files before it
         sizes = [sum(e.nbytes for e in entries) for entries, _ in files]
-        steps: list[Progress | None] = [
-            _shifted(progress, sum(sizes[:i]), sum(sizes)) for i in range(len(files))
-        ]
+        before = [sum(sizes[:i]) for i in range(len(files))]
         if dry_run:
-            for (entries, recs), step in zip(files, steps, strict=True):
-                _write(gf, entries, recs, summary, ops, None, step, notice)
+            for (entries, recs), done in zip(files, before, strict=True):
+                _write(gf, entries, recs, summary, ops, None, progress, notice, done, sum(sizes))
         else:  # the files appear together, when all are written
             with output.atomic_outputs(paths, force, notice) as staged:
-                for path, (entries, recs), step in zip(staged, files, steps, strict=True):
-                    _write(gf, entries, recs, summary, ops, path, step, notice)
+                for path, (entries, recs), done in zip(staged, files, before, strict=True):
+                    _write(
+                        gf, entries, recs, summary, ops, path, progress, notice, done, sum(sizes)
+                    )
         summary.bytes_in = gf.size
     summary.seconds = time.perf_counter() - t0
     return summary

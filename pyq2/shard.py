@@ -89,8 +89,10 @@ class ShardEntry(Entry):
         arr = gf.data(t).view(_item(t.type_id)).reshape(tuple(reversed(t.ne)))
         axis = arr.ndim - 1 - split.axis  # numpy order is gguf's reversed
         idx = np.concatenate([np.arange(a, b) for a, b in split.pieces[self.rank]])
-        yield np.ascontiguousarray(np.take(arr, idx, axis=axis)).view(np.uint8).reshape(-1)
+        part = np.ascontiguousarray(np.take(arr, idx, axis=axis)).view(np.uint8).reshape(-1)
         gf.release(t)
+        for start in range(0, part.size, weight_io.PASS_CHUNK):  # as Entry.chunks cuts them
+            yield part[start : start + weight_io.PASS_CHUNK]
 
     @property
     def nbytes(self) -> int:
@@ -152,7 +154,7 @@ def plan_of_file(gf: GGUFFile, contents: Contents, g: int) -> ShardPlan:
         rotation = Rotation.from_file(gf, widths)
     except FormatError as e:
         raise FormatError(f"{gf.path}: {e}") from None
-    ne = {e.name: e.info.ne if e.info is not None else e.tensor.ne for e in contents.entries}
+    ne = {e.name: e.ne for e in contents.entries}
     return shard_plan(ne, plan, gf, rotation, g, gf.path)
 
 

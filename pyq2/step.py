@@ -56,7 +56,7 @@ class Call:
     stage: Stage | None
     fn: Callable[[], Any]
     inputs: dict[str, Any] | None = None  # a producer's input buffers, by role
-    buffers: dict[str, Any] | None = None  # a collective's: "x" summed; "local" into "logits"
+    reduced: Any = None  # a "reduce" call's buffer, summed over the ranks in place
 
 
 class DecodeStep:
@@ -207,24 +207,20 @@ class DecodeStep:
             if self.collective is not None and stage.producer != "norm":
                 # a row-parallel projection (pyq2.tp): this rank's columns' partial sum
                 out = self.outputs[stage.projections[0]]
-                calls.append(
-                    Call(
-                        "reduce", stage, _bind(self.collective.all_reduce, out), buffers={"x": out}
-                    )
-                )
+                fn = _bind(self.collective.all_reduce, out)
+                calls.append(Call("reduce", stage, fn, reduced=out))
             if self.collective is not None and stage.layer < 0:
                 local = self.outputs[stage.projections[0]]
-                buffers = {"local": local, "logits": self.logits}
-                calls.append(Call("gather", stage, self._gather, buffers=buffers))
+                calls.append(Call("gather", stage, _bind(self._gather, local)))
             # a norm stage consumes the pending residual; the mixer's and the FFN's output
             # projection make the next one
             residual = None if stage.producer == "norm" else self.outputs[stage.projections[0]]
         return calls
 
-    def _gather(self) -> None:
-        """Every rank's logits into self.logits, through buffers of the most rows any has."""
+    def _gather(self, local: Any) -> None:
+        """Every rank's logits (this rank's: local) into self.logits, through buffers of the most
+        rows any rank has."""
         assert self.collective is not None
-        local = self.outputs[self.model.plan.stages[-1].projections[0]]
         self._send[:, : local.shape[1]].copy_(local)
         self.collective.all_gather(self._send, self._gathered)
         for r, (a, b) in enumerate(self._head_rows):

@@ -33,7 +33,7 @@ shard's part of each tensor.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -252,29 +252,56 @@ class _Planner:
         self.add(name, 1, [[r] for r in head_rows(vocab, self.g)])
 
     def check_signs(self) -> None:
-        """A rank rotates each input width with one sign vector (the one of its width, or of the
-        whole width restricted to its columns): refuse a plan under which two weights of a rank
-        read one width with different signs."""
+        """Refuse a plan under which two weights of a rank read one width with different signs
+        (rank_signs)."""
         rot = self.rotation
-        if rot is None or rot.sign_mode == "identity":
+        if rot is None:
             return
         for rank in range(self.g):
-            seen: dict[int, tuple[str, Any]] = {}
+            weights = []
             for name, shape in self.ne.items():
-                if len(shape) != 2 or not rot.carries(name):
-                    continue
-                split = self.splits.get(name)
-                whole = rot.signs_for(split.extent if split and split.axis == 0 else shape[0])
-                if split is not None and split.axis == 0 and whole is not None:
-                    whole = np.concatenate([whole[a:b] for a, b in split.pieces[rank]])
-                width = len(whole) if whole is not None else shape[0]
-                first = seen.setdefault(width, (name, whole))
-                if whole is not None and not np.array_equal(first[1], whole):
-                    raise FormatError(
-                        f"{self.where}: over {self.g} GPUs, rank {rank}'s parts of "
-                        f"'{first[0]}' and '{name}' read input width {width} with different "
-                        f"rotation signs, which a rank cannot hold at once"
-                    )
+                if len(shape) == 2 and rot.carries(name):
+                    split = self.splits.get(name)
+                    k = split.size(rank) if split is not None and split.axis == 0 else shape[0]
+                    weights.append((name, k, split))
+            rank_signs(rot, weights, rank, f"{self.where}: over {self.g} GPUs")
+
+
+def take_pieces(x: np.ndarray, pieces: tuple[Range, ...]) -> np.ndarray:
+    """x[a:b] of each piece, one after another."""
+    return np.concatenate([x[a:b] for a, b in pieces])
+
+
+def rank_signs(
+    rotation: Rotation,
+    weights: Iterable[tuple[str, int, Split | None]],
+    rank: int,
+    where: str,
+) -> dict[int, np.ndarray | None]:
+    """The sign vector (None: all +1) of each input width that rank `rank`'s weights (name, the
+    rank's K, its Split or None) read: a weight cut along its columns reads those columns of its
+    whole width's signs. A rank rotates each width with one vector: FormatError, starting with
+    `where`, when two of its weights read one width with different signs."""
+    out: dict[int, np.ndarray | None] = {}
+    first: dict[int, str] = {}
+    for name, k, split in weights:
+        if split is not None and split.axis == 0:
+            whole = rotation.signs_for(split.extent)
+            signs = None if whole is None else take_pieces(whole, split.pieces[rank])
+        else:
+            signs = rotation.signs_for(k)
+        if k in out and not _same(out[k], signs):
+            raise FormatError(
+                f"{where}: rank {rank}'s parts of '{first[k]}' and '{name}' read input width {k} "
+                f"with different rotation signs, which one GPU cannot hold at once"
+            )
+        out.setdefault(k, signs)
+        first.setdefault(k, name)
+    return out
+
+
+def _same(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    return (a is None and b is None) or (a is not None and b is not None and np.array_equal(a, b))
 
 
 def head_rows(vocab: int, g: int) -> list[Range]:

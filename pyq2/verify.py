@@ -26,9 +26,8 @@ import numpy as np
 from . import fuse, gguf_io, shard, weight_io
 from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS, pq2_unpack
 from .fuse import Entry
-from .gguf_io import GGUFFile, Tensor
-from .metadata import KEY_PREFIX, shard_of, tensor_split
-from .shard import ShardEntry
+from .gguf_io import GGUFFile
+from .metadata import KEY_PREFIX, shard_of
 from .weight_io import Backend, stored_tile_rows
 
 
@@ -64,16 +63,14 @@ def _first_block_mismatch(name: str, a: np.ndarray, b: np.ndarray, k: int, row0:
     )
 
 
-def _compare_bytes(fa: GGUFFile, ta: Tensor, fb: GGUFFile, tb: Tensor) -> str | None:
-    for start in range(0, ta.nbytes, weight_io.PASS_CHUNK):
-        stop = min(start + weight_io.PASS_CHUNK, ta.nbytes)
-        a, b = fa.data(ta, start, stop), fb.data(tb, start, stop)
-        if not np.array_equal(a, b):
-            off = start + int(np.argmax(a != b))
-            return f"tensor '{ta.name}' ({ta.type_name}): bytes differ at offset {off}"
-        del a, b
-        fa.release(ta, start, stop)
-        fb.release(tb, start, stop)
+def _compare_bytes(fa: GGUFFile, a: Entry, fb: GGUFFile, b: Entry) -> str | None:
+    """Two tensors that are not weights (of equal size), chunk by chunk (Entry.chunks)."""
+    off = 0
+    for ca, cb in zip(a.chunks(fa), b.chunks(fb), strict=True):
+        if not np.array_equal(ca, cb):
+            off += int(np.argmax(ca != cb))
+            return f"tensor '{a.name}' ({a.tensor.type_name}): bytes differ at offset {off}"
+        off += len(ca)
     return None
 
 
@@ -111,16 +108,9 @@ def _compare_entry(
                 f"tensor '{a.name}': {ta.type_name} {list(out_a.ne)} vs {tb.type_name} "
                 f"{list(tb.ne)}"
             )
-        if isinstance(a, ShardEntry):  # a small per-head tensor, compared whole
-            bytes_a = np.concatenate(list(a.chunks(fa)))
-            bytes_b = np.concatenate([c for c in b.chunks(fb)] or [np.zeros(0, np.uint8)])
-            if not np.array_equal(bytes_a, bytes_b):
-                off = int(np.argmax(bytes_a != bytes_b))
-                return f"tensor '{a.name}' ({ta.type_name}): bytes differ at offset {off}"
-        else:
-            msg = _compare_bytes(fa, ta, fb, tb)
-            if msg:
-                return msg
+        msg = _compare_bytes(fa, a, fb, b)
+        if msg:
+            return msg
         res.others += 1
         return None
     if wa.ne != wb.ne:
@@ -141,11 +131,16 @@ def _compare_entry(
 
 
 def _compare_file(
-    ops: Backend, fa: GGUFFile, entries_a: list[Entry], fb: GGUFFile, res: VerifyResult
+    ops: Backend,
+    fa: GGUFFile,
+    entries_a: list[Entry],
+    fb: GGUFFile,
+    contents_b: fuse.Contents,
+    res: VerifyResult,
 ) -> str | None:
-    """Compare fb with what it should hold (entries_a of fa: the original tensors, or a shard's
-    parts of them); the first difference, or None."""
-    by_name_b = fuse.contents(fb).by_name()
+    """Compare fb (whose contents are contents_b) with what it should hold (entries_a of fa:
+    the original tensors, or a shard's parts of them); the first difference, or None."""
+    by_name_b = contents_b.by_name()
     names_a = [e.name for e in entries_a]
     for n in names_a:
         if n not in by_name_b:
@@ -165,10 +160,10 @@ def _compare_file(
 
 def _shard_entries(
     fa: GGUFFile, contents: fuse.Contents, shards: list[GGUFFile]
-) -> list[list[Entry]] | str:
-    """Per shard file (in the order given), what it should hold: its rank's parts of fa's
-    tensors; or a message saying why the files are not one complete set of fa's shards, or
-    where a shard's recorded parts differ from the plan."""
+) -> list[tuple[list[Entry], fuse.Contents]] | str:
+    """Per shard file (in the order given), what it should hold (its rank's parts of fa's
+    tensors) and its contents; or a message saying why the files are not one complete set of
+    fa's shards, or where a shard's recorded parts differ from the plan."""
     found = [(fb.path, shard_of(fb)) for fb in shards]
     try:
         order = shard.order_shards(found)
@@ -176,21 +171,19 @@ def _shard_entries(
         plan = shard.plan_of_file(fa, contents, g)
     except ValueError as err:  # FormatError too
         return str(err)
-    ranks = [(g, order.index(fb.path)) for fb in shards]
     out = []
-    for fb, (_, rank) in zip(shards, ranks, strict=True):
-        expected = shard.shard_entries(fa, contents, plan, rank)
-        for held in fuse.contents(fb).entries:
-            ne = held.info.ne if held.info is not None else held.tensor.ne
-            got = tensor_split(fb, held.name, tuple(ne), g, rank)
-            want = plan.split(held.name)
+    for fb in shards:
+        rank = order.index(fb.path)
+        contents_b = fuse.contents(fb)
+        for held in contents_b.entries:
+            got, want = held.split, plan.split(held.name)
             got_s, want_s = (s.held(rank) if s else "the whole tensor" for s in (got, want))
-            if got_s != want_s or (got and want and got.axis != want.axis):
+            if got_s != want_s:
                 return (
                     f"tensor '{held.name}' of {fb.path} (rank {rank}) holds {got_s}; the "
                     f"plan of {fa.path} over {g} GPUs gives {want_s}"
                 )
-        out.append(expected)
+        out.append((shard.shard_entries(fa, contents, plan, rank), contents_b))
     return out
 
 
@@ -209,15 +202,15 @@ def verify(original, repacked, backend: str = "auto") -> VerifyResult:
         if shard_of(fa) is not None:
             msg: str | None = f"{fa.path} is a shard; the original is the whole model"
         elif len(files) == 1 and shard_of(files[0]) is None:
-            msg = _compare_file(ops, fa, contents.entries, files[0], res)
+            msg = _compare_file(ops, fa, contents.entries, files[0], fuse.contents(files[0]), res)
         else:
             expected = _shard_entries(fa, contents, files)
             if isinstance(expected, str):
                 msg = expected
             else:
                 msg = None
-                for fb, entries in zip(files, expected, strict=True):
-                    msg = msg or _compare_file(ops, fa, entries, fb, res)
+                for fb, (entries, contents_b) in zip(files, expected, strict=True):
+                    msg = msg or _compare_file(ops, fa, entries, fb, contents_b, res)
                 res.shards = len(files)
         if msg:
             res.ok, res.message = False, msg

@@ -2,8 +2,9 @@
 lockstep on one device, give the single-GPU step's results; the NCCL path runs with one rank.
 
 Lockstep: every rank's DecodeStep makes its calls in turn; at a "reduce" call the ranks'
-buffers are summed (in fp32, as NCCL does) and at the "gather" call the logits concatenated,
-which is what the collectives do across GPUs. In float32:
+buffers are summed (in fp32, as NCCL does), and the "gather" call runs the step's own gather
+with an all_gather that reads every rank's send buffer: what the collectives do across GPUs.
+In float32:
 - the first stage's outputs (every rank reads the same embedding rows and norm, so the same Q8
   operand) are within FIRST_TOL of the whole model's rows (fp32 rounding: a matmul of other N
   may sum in another order);
@@ -16,7 +17,7 @@ which is what the collectives do across GPUs. In float32:
 import numpy as np
 import pytest
 
-from .conftest import f64, gpu_module
+from .conftest import f64, gpu_module, graph_capture
 
 torch = gpu_module()
 
@@ -56,9 +57,9 @@ def run_lockstep(steps):
         kinds = {c.kind for c in calls}
         assert len(kinds) == 1, kinds
         if calls[0].kind == "reduce":
-            total = sum(c.buffers["x"].float() for c in calls)
+            total = sum(c.reduced.float() for c in calls)
             for c in calls:
-                c.buffers["x"].copy_(total)
+                c.reduced.copy_(total)
         else:
             for _ in range(2 if calls[0].kind == "gather" else 1):
                 for c in calls:
@@ -178,10 +179,7 @@ def test_nccl_with_one_rank_gives_the_bits_of_the_step_without_it(demo_gguf, tmp
         assert sum(c.kind == "reduce" for c in nccl.calls) == 2 * whole.plan.n_layers
         for step in (plain, nccl):
             step.ids.copy_(torch.tensor([5, 77, 1000], dtype=torch.int32))
-            g = torch.cuda.CUDAGraph()
-            step.run()
-            with torch.cuda.graph(g):
-                step.run()
+            g, _ = graph_capture(step.run, ())
             g.replay()
         torch.cuda.synchronize()
         for name in plain.outputs:

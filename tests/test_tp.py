@@ -353,14 +353,9 @@ def test_verify_refuses_incomplete_sets_and_edited_shards(tmp_path, demo_gguf):
 
 
 def test_split_keys_are_checked(tmp_path):
-    class KV(dict):
+    class KV(Keys):  # a file's keys as pyq2.metadata reads them
         path = "f.gguf"
-
-        def has(self, k):
-            return k in self
-
-        def value(self, k, default=None):
-            return self.get(k, default)
+        has = dict.__contains__
 
     kv = KV({metadata.KEY_TP_SIZE: 2, metadata.KEY_TP_RANK: 1})
     assert metadata.shard_of(kv) == (2, 1)
