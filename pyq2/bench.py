@@ -20,6 +20,7 @@ import sys
 from typing import Any
 
 from . import _native, gguf_io, metadata, parallel
+from .collective import Collective
 from .gpu import _torch
 from .model import Model, load, synthetic
 from .step import DecodeStep
@@ -27,9 +28,15 @@ from .timing import graph_ms, read_bandwidth_gbs
 
 
 def measure(
-    model: Model, m: int, read_gbs: float, replays: int, fuse: bool = True
+    model: Model,
+    m: int,
+    read_gbs: float,
+    replays: int,
+    fuse: bool = True,
+    collective: Collective | None = None,
 ) -> dict[str, Any]:
-    step = DecodeStep(model, m, fuse=fuse)
+    """One decode step of m tokens timed whole and by kinds of call (module docstring)."""
+    step = DecodeStep(model, m, fuse=fuse, collective=collective)
     whole = graph_ms(step.run, replays)
     producers = graph_ms(lambda: step.run(("embedding", "producer")), replays)
     projections = graph_ms(lambda: step.run(("projection",)), replays)

@@ -36,22 +36,22 @@ def run(*argv):
     )
 
 
+FIELDS = ("family", "row_subtiles", "tokens", "warps", "unroll", "stages", "blocks", "splits")
+
+
+def write_tune(path, m, cands, commit):
+    """A --json tune of tiles rt 2, shape out, at m: (config tuple, us) candidates."""
+    at = {"shape": "out", "layout": "tiles", "layout_rt": 2, "m": m}
+    rows = [{**at, "config": dict(zip(FIELDS, c, strict=True)), "us": us} for c, us in cands]
+    env = {"date": "2026-02-02T00:00:00+00:00", "gpu": "GPU", "nvidia_smi": "GPU, drv"}
+    path.write_text(json.dumps({"env": {**env, "commit": commit}, "rows": rows}))
+
+
 def saved_tune(path):
     """A --json tune of tiles rt 2, M = 8, shape out only: two candidates, the faster wins."""
-    fields = ("family", "row_subtiles", "tokens", "warps", "unroll", "stages", "blocks", "splits")
-    fast = dict(zip(fields, (1, 2, 0, 4, 1, 1, 4, 0), strict=True))
-    slow = dict(zip(fields, (1, 2, 0, 8, 2, 1, 0, 0), strict=True))
-    rows = [
-        {"shape": "out", "layout": "tiles", "layout_rt": 2, "m": 8, "config": c, "us": us}
-        for c, us in ((fast, 6.5), (slow, 9.0))
-    ]
-    env = {
-        "date": "2026-02-02T00:00:00+00:00",
-        "gpu": "GPU",
-        "nvidia_smi": "GPU, drv",
-        "commit": "bbbbbbb",
-    }
-    path.write_text(json.dumps({"env": env, "rows": rows}))
+    write_tune(
+        path, 8, [((1, 2, 0, 4, 1, 1, 4, 0), 6.5), ((1, 2, 0, 8, 2, 1, 0, 0), 9.0)], "bbbbbbb"
+    )
     return "PQ2_TUNED(TILES, 8, 5120, 6144, 2, ROWBLOCK, 2, 0, 4, 1, 1, 4, 0)  // 6.5 us"
 
 
@@ -97,16 +97,12 @@ PORTABLE_LINE = "PQ2_TUNED(TILES, 128, 5120, 6144, 2, GEMM, 8, 32, 8, 1, 4, 0, 4
 def test_an_sm90_pick_keeps_the_fastest_portable_line_after_it(tmp_path, table, sm90_us, want):
     """Where an sm_90a configuration is fastest, the fastest portable one follows it: the
     dispatcher passes over sm_90a lines on other devices and takes the next line of the range."""
-    fields = ("family", "row_subtiles", "tokens", "warps", "unroll", "stages", "blocks", "splits")
     cands = [
         ((3, 8, 128, 8, 1, 6, 0, 1), sm90_us),
         ((2, 8, 64, 8, 1, 2, 0, 1), 60.0),
         ((2, 8, 32, 8, 1, 4, 0, 4), 55.0),
     ]
-    at = {"shape": "out", "layout": "tiles", "layout_rt": 2, "m": 128}
-    rows = [{**at, "config": dict(zip(fields, c, strict=True)), "us": us} for c, us in cands]
-    env = {"date": "2026-02-02T00:00:00+00:00", "nvidia_smi": "GPU, drv", "commit": "ccccccc"}
-    (tmp_path / "tune.json").write_text(json.dumps({"env": env, "rows": rows}))
+    write_tune(tmp_path / "tune.json", 128, cands, "ccccccc")
     r = run(TUNE, "--from-json", tmp_path / "tune.json", "--write", table, "--partial")
     assert r.returncode == 0, r.stderr
     assert [e for e in entries(table.read_text()) if "TILES, 128," in e] == want

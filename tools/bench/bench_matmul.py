@@ -292,16 +292,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     ms = [int(v) for v in args.ms.split(",")]
     layouts = [(a, int(b)) for a, b in (v.split(":") for v in args.layouts.split(","))]
-    _native.check(_native.load()[1].pq2_cuda_init())
-
-    env = environment()
-    read_gbs = read_bandwidth_gbs()
+    env, read_gbs = start_run()
     read_gbs_2 = read_bandwidth_gbs()
-    print(
-        f"# {env['gpu']} | {env['nvidia_smi']} | torch {env['torch']} | commit {env['commit']}",
-        flush=True,
-    )
-    print(f"# read bandwidth: {read_gbs:.0f} GB/s (repeat: {read_gbs_2:.0f})", flush=True)
+    print(f"# read bandwidth repeated: {read_gbs_2:.0f} GB/s", flush=True)
     rows = []
     for name in args.shapes.split(","):
         n, k, _ = SHAPES[name]

@@ -6,7 +6,8 @@ rank's shard (pyq2.model.synthetic(preset, tp=(G, rank))) on this GPU, each as o
 the shards with collectives that do nothing: the time a rank needs before any communication,
 so the best a G-GPU step can reach whatever its all-reduces cost; and, alone, its producers
 (embedding, norms, rotations, Q8: not divided by G) and its projections. Rounds alternate the
-models; the minimum over rounds is reported. Also the weight bytes each step reads.
+models; the minimum over rounds is reported (pyq2.bench.measure times each), with the weight
+bytes each step reads.
 
     python3 tools/bench/bench_tp_ranks.py --tp 2 --ms 1,4,16 --json out.json
 """
@@ -14,14 +15,12 @@ models; the minimum over rounds is reported. Also the weight bytes each step rea
 from __future__ import annotations
 
 import argparse
-import json
 
 import torch
+from bench_matmul import start_run, write_results
 
-from pyq2 import _native
+from pyq2.bench import measure
 from pyq2.model import synthetic
-from pyq2.step import DecodeStep
-from pyq2.timing import graph_ms
 
 
 class NoCollective:
@@ -37,6 +36,9 @@ class NoCollective:
         pass
 
 
+PARTS = ("ms", "producers_ms", "projections_ms", "side_ms")  # of pyq2.bench.measure
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--preset", default="bonsai-2-27b")
@@ -46,11 +48,10 @@ def main() -> int:
     ap.add_argument("--replays", type=int, default=20)
     ap.add_argument("--json")
     args = ap.parse_args()
-    _native.check(_native.load()[1].pq2_cuda_init())
+    env, read_gbs = start_run()
     ms = [int(v) for v in args.ms.split(",")]
     names = ["whole"] + [f"rank {r}" for r in range(args.tp)]
-    parts = ("step", "producers", "projections")
-    times = {p: {n: {m: [] for m in ms} for n in names} for p in parts}
+    times = {p: {n: {m: [] for m in ms} for n in names} for p in PARTS}
     step_bytes: dict[str, int] = {}
     for _ in range(args.rounds):
         for name in names:
@@ -62,54 +63,39 @@ def main() -> int:
                 coll = NoCollective(args.tp, rank)
             step_bytes[name] = model.step_bytes(1)
             for m in ms:
-                step = DecodeStep(model, m, collective=coll)
-                runs = {
-                    "step": step.run,
-                    "producers": lambda s=step: s.run(("embedding", "producer")),
-                    "projections": lambda s=step: s.run(("projection",)),
-                }
-                for part, fn in runs.items():
-                    times[part][name][m].append(graph_ms(fn, args.replays))
-                del step, runs
+                r = measure(model, m, read_gbs, args.replays, collective=coll)
+                for part in PARTS:
+                    times[part][name][m].append(r[part])
             del model
             torch.cuda.empty_cache()
     rows = []
     for m in ms:
-        whole = min(times["step"]["whole"][m])
+        whole = min(times["ms"]["whole"][m])
         for name in names:
-            t = min(times["step"][name][m])
-            rows.append(
-                {
-                    "m": m,
-                    "model": name,
-                    "ms": t,
-                    "of_whole": t / whole,
-                    "producers_ms": min(times["producers"][name][m]),
-                    "projections_ms": min(times["projections"][name][m]),
-                }
-            )
-    result = {
-        "preset": args.preset,
-        "tp": args.tp,
-        "gpu": torch.cuda.get_device_name(),
-        "step_bytes_m1": step_bytes,
-        "rows": rows,
-        "times_ms": {
-            p: {n: {str(m): v for m, v in t.items()} for n, t in by.items()}
-            for p, by in times.items()
-        },
-    }
+            best = {part: min(times[part][name][m]) for part in PARTS}
+            rows.append({"m": m, "model": name, **best, "of_whole": best["ms"] / whole})
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
-    print(f"{args.preset} on {result['gpu']}, shards of {args.tp}, no communication:")
-    head = ("m", "model", "GB/step", "step ms", "of whole", "producers", "projections")
-    print("{:>4}  {:8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>11}".format(*head))
+        write_results(
+            args.json,
+            env,
+            read_gbs,
+            preset=args.preset,
+            tp=args.tp,
+            step_bytes_m1=step_bytes,
+            rows=rows,
+            times_ms={
+                p: {n: {str(m): v for m, v in t.items()} for n, t in by.items()}
+                for p, by in times.items()
+            },
+        )
+    print(f"{args.preset} on {env['gpu']}, shards of {args.tp}, no communication:")
+    head = ("m", "model", "GB/step", "step ms", "of whole", "producers", "projections", "side")
+    print("{:>4}  {:8}  {:>8}  {:>8}  {:>8}  {:>9}  {:>11}  {:>6}".format(*head))
     for r in rows:
         gb = step_bytes[r["model"]] / 1e9
         print(
             f"{r['m']:>4}  {r['model']:8}  {gb:8.3f}  {r['ms']:8.3f}  {r['of_whole']:8.3f}  "
-            f"{r['producers_ms']:9.3f}  {r['projections_ms']:11.3f}"
+            f"{r['producers_ms']:9.3f}  {r['projections_ms']:11.3f}  {r['side_ms']:6.3f}"
         )
     return 0
 

@@ -118,9 +118,10 @@ def picks(cands):
     """The (us, cfg) entries to keep for one shape and M: the fastest, and when that is an sm_90a
     configuration also the fastest of the other families, which serves where sm_90a does not run
     (select.cu passes over sm_90a lines there)."""
+    family = CONFIG_FIELDS.index("family")
     best = pick(cands)
-    others = [(us, c) for us, c in cands if c[0] != GEMM_SM90]
-    return [best, pick(others)] if best[1][0] == GEMM_SM90 and others else [best]
+    others = [(us, c) for us, c in cands if c[family] != GEMM_SM90]
+    return [best, pick(others)] if best[1][family] == GEMM_SM90 and others else [best]
 
 
 def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):

@@ -35,46 +35,45 @@ const tuned_entry kTable[] = {
 #undef TILES
 #undef PLANES
 
-// The first entry for (layout, layout_rt, n, k) that serves m, or NULL; entries of the sm_90a
-// family only when `sm90` (the device runs them).
+// Whether entry e can serve m for this layout and rt: entries of the sm_90a family only when
+// `sm90` (the device runs them).
+bool serves(const tuned_entry &e, int32_t layout, int32_t layout_rt, int64_t m, bool sm90)
+{
+    return e.layout == layout && m <= e.m_max && (sm90 || e.cfg.family != PQ2_FAMILY_GEMM_SM90) &&
+           (layout != PQ2_LAYOUT_TILES || e.layout_rt == layout_rt);
+}
+
+// The first entry for (layout, layout_rt, n, k) that serves m, or NULL.
 const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t k, int64_t m,
                           bool sm90 = false)
 {
     for (const tuned_entry &e : kTable)
-        if (e.layout == layout && e.n == n && e.k == k && m <= e.m_max &&
-            (sm90 || e.cfg.family != PQ2_FAMILY_GEMM_SM90) &&
-            (layout != PQ2_LAYOUT_TILES || e.layout_rt == layout_rt))
-            return &e;
+        if (e.n == n && e.k == k && serves(e, layout, layout_rt, m, sm90)) return &e;
     return nullptr;
 }
 
-// For a shape the table does not list, at m <= kNearestMaxM: the entry serving m of the listed
-// shape nearest (n, k) for this layout and rt among those with an entry serving m, by
-// |log2(n / n_e)| + |log2(k / k_e)| (the first of equals); NULL when there is none. Measured on
-// the shards of the 27B over 2 GPUs (tools/bench/bench_tp_ranks.py; tools/bench/NOTES.md): a
-// rank's step 9% faster at m = 1 than on the fallback lines, 2-6% at m = 4, 1-6% at m = 8; at
-// m = 16 up to 4% slower, so above 8 the fallback lines stay.
+// For a shape the table does not list, at m <= kNearestMaxM: the first entry serving m of the
+// listed shape nearest (n, k), by |log2(n / n_e)| + |log2(k / k_e)|; NULL when none serves m.
+// Above m = 8 the fallback lines measured faster (tools/bench/NOTES.md).
 constexpr int64_t kNearestMaxM = 8;
 
 const tuned_entry *nearest(int32_t layout, int32_t layout_rt, int64_t n, int64_t k, int64_t m,
                            bool sm90)
 {
     if (m > kNearestMaxM) return nullptr;
+    const double ln = std::log2((double)n), lk = std::log2((double)k);
     const tuned_entry *best = nullptr;
     double best_d = 0.0;
     for (const tuned_entry &e : kTable) {
-        if (e.layout != layout || e.n == 0 || m > e.m_max ||
-            (layout == PQ2_LAYOUT_TILES && e.layout_rt != layout_rt) ||
-            (!sm90 && e.cfg.family == PQ2_FAMILY_GEMM_SM90))
-            continue;  // not a listed shape, or an entry that cannot serve m here
-        const double d = std::fabs(std::log2((double)n / (double)e.n)) +
-                         std::fabs(std::log2((double)k / (double)e.k));
-        if (!best || d < best_d) {
+        if (e.n == 0 || !serves(e, layout, layout_rt, m, sm90)) continue;
+        const double d =
+            std::fabs(ln - std::log2((double)e.n)) + std::fabs(lk - std::log2((double)e.k));
+        if (!best || d < best_d) {  // strictly nearer: the first entry of a shape is kept
             best = &e;
             best_d = d;
         }
     }
-    return best ? lookup(layout, layout_rt, best->n, best->k, m, sm90) : nullptr;
+    return best;
 }
 
 }  // namespace

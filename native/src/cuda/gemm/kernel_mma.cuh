@@ -119,8 +119,8 @@ __device__ __forceinline__ void compute_group(const stage<BM> &st, int wr, int w
 #pragma unroll
     for (int j = 0; j < NT8; ++j) {
         const int tok = wc * (BM / 2) + j * 8 + 2 * tq;  // this lane's two C columns
-        init[j][0] = init[j][2] = kBias - 64 * st.sums[tok],
-        init[j][1] = init[j][3] = kBias - 64 * st.sums[tok + 1];
+        init[j][0] = init[j][2] = token_bias(st.sums[tok]),
+        init[j][1] = init[j][3] = token_bias(st.sums[tok + 1]);
         dxs[j][0] = st.xs[tok], dxs[j][1] = st.xs[tok + 1];
     }
     int d[2][NT8][4];

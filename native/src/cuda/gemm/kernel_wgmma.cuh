@@ -17,8 +17,8 @@
 // (wg_maps: the activations; the block's code bytes and weight scales, each one box of the
 // tiles layout's (sub-tile, rt, group, tile) order whatever the tile height, rows past the
 // stored ones arriving as zeros). At every fourth group all its lanes also store the tokens'
-// promotion constants of four groups (wg_quad: the scale and kBias - 64 * sum, computed once
-// per token instead of once per consumer warp) into a ring of kQuads such blocks, from values
+// promotion constants of four groups (wg_quad: the scale and token_bias(sum), computed once
+// per token for all consumer warps) into a ring of kQuads such blocks, from values
 // they loaded one quad earlier. The stage is full when the copies have landed and every lane
 // has arrived. A consumer warp waits for full, issues its wgmmas, waits for them, promotes, and
 // marks the stage empty. The two warpgroups run independently, so one's promotion overlaps the
@@ -155,10 +155,10 @@ __device__ __forceinline__ void store_quad(wg_quad<BN> &qd, int lane, const wg_q
 #pragma unroll
     for (int i = 0; i < BN / 32; ++i) {
         const int tok = lane + 32 * i;
-        qd.tc[0][tok] = make_float2(v.xs[i].x, __int_as_float(kBias - 64 * v.sums[i].x));
-        qd.tc[1][tok] = make_float2(v.xs[i].y, __int_as_float(kBias - 64 * v.sums[i].y));
-        qd.tc[2][tok] = make_float2(v.xs[i].z, __int_as_float(kBias - 64 * v.sums[i].z));
-        qd.tc[3][tok] = make_float2(v.xs[i].w, __int_as_float(kBias - 64 * v.sums[i].w));
+        qd.tc[0][tok] = make_float2(v.xs[i].x, __int_as_float(token_bias(v.sums[i].x)));
+        qd.tc[1][tok] = make_float2(v.xs[i].y, __int_as_float(token_bias(v.sums[i].y)));
+        qd.tc[2][tok] = make_float2(v.xs[i].z, __int_as_float(token_bias(v.sums[i].z)));
+        qd.tc[3][tok] = make_float2(v.xs[i].w, __int_as_float(token_bias(v.sums[i].w)));
     }
 }
 

@@ -27,6 +27,12 @@ constexpr int kRows = 128, kSubtiles = 8, kWarps = 8, kThreads = kWarps * 32;
 constexpr int kBias = 0x4B200000;
 constexpr float kBiasF = 10485760.0f;  // 1.25 * 2^23
 
+// A token's start of a group's chain: kBias - 64 * sum(q) (sum: the group's Q8 sum).
+__device__ __forceinline__ int token_bias(int sum)
+{
+    return kBias - 64 * sum;
+}
+
 // A row's promotion constants: its scale over 64 and the bias term of the first FFMA.
 struct row_scale {
     float w64, c;
