@@ -323,13 +323,18 @@ def quantize_q8(
 @dataclass
 class DeviceRotation:
     """A Hadamard rotation on the GPU: block size B and the width's int8 sign vector (a cuda
-    tensor, or None for all +1). From host signs: DeviceRotation.of(block, signs)."""
+    tensor, or None for all +1). From a file's contract: DeviceRotation.of(rotation, width); from
+    host signs: DeviceRotation.from_signs(block, signs)."""
 
     block: int
     signs: Any = None
 
     @classmethod
-    def of(cls, block: int, signs, device="cuda") -> DeviceRotation:
+    def of(cls, rotation, width: int, device="cuda") -> DeviceRotation:
+        return cls.from_signs(rotation.block, rotation.signs_for(width), device)
+
+    @classmethod
+    def from_signs(cls, block: int, signs, device="cuda") -> DeviceRotation:
         """B and a host int8 sign vector (None: all +1), the signs copied to the device."""
         torch = _torch()
         return cls(block, None if signs is None else torch.from_numpy(signs).to(device))

@@ -316,7 +316,7 @@ def load(
     rotations: dict[int, DeviceRotation] = {}
     if rotation is not None:
         for width, signs in checked.signs.items():
-            rotations[width] = DeviceRotation.of(rotation.block, signs, device)
+            rotations[width] = DeviceRotation.from_signs(rotation.block, signs, device)
     grouped = rotation is not None and rotation.gdn_v_grouped
     splits = checked.contents.splits()
     return Model(
