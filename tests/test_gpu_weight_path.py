@@ -133,7 +133,7 @@ def test_rotate_matches_the_explicit_sylvester_matrix():
 
 
 @pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 33])
-@pytest.mark.parametrize("block,width", [(1024, 5120), (128, 768), (4096, 4096)])
+@pytest.mark.parametrize("block,width", [(1024, 5120), (128, 768), (4096, 4096), (1024, 17408)])
 def test_norm_rotate_q8_is_q8_of_the_rotated_normed_values(m, block, width):
     """The producer's Q8 (kernel operand included) is numpy's Q8 of rotate(normed) where normed
     is the producer's own un-rotated output, rotated by pq2_rotate_cuda: bit for bit. normed is
@@ -339,6 +339,20 @@ def test_bad_arguments_return_status():
     for fn, status, words in cases:
         e = status_of(fn)
         assert e.status_name == "PQ2_ERR_" + status and words in e.message, (status, words, e)
+    # a permuted width past 32-bit indices is refused before any launch
+    st = _lib.pq2_rotate_q8_cuda(
+        _ffi.cast("void *", x.data_ptr()),
+        0,
+        1,
+        3 << 30,
+        _ffi.NULL,
+        1 << 20,
+        1 << 20,
+        Q8Operand.empty(1, 1024).struct(),
+        _ffi.NULL,
+    )
+    assert _ffi.string(_lib.pq2_status_name(st)) == b"PQ2_ERR_SHAPE"
+    assert "2^31 - 1" in _ffi.string(_lib.pq2_last_error()).decode()
     # a NULL part of the Q8 operand, or no operand, is refused
     q = Q8Operand.empty(2, 1024).struct()
     q.scales = _ffi.NULL

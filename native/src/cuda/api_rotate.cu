@@ -164,12 +164,13 @@ extern "C" PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, i
     pq2_row_transform t;
     PQ2_CHECK(begin_producer(fn, dtype, m, width, rot, out, &t));
     PQ2_CHECK_ALIGN(fn, x, 16);
-    if (v_heads < 0 || (v_heads > 0 && (k_heads <= 0 || v_heads % k_heads != 0 ||
-                                        width % v_heads != 0 || (width / v_heads) % 4 != 0)))
+    if (v_heads < 0 ||
+        (v_heads > 0 && (k_heads <= 0 || v_heads % k_heads != 0 || width % v_heads != 0 ||
+                         (width / v_heads) % 4 != 0 || width > INT32_MAX)))
         return pq2_set_error(
             PQ2_ERR_SHAPE,
             "%s: v_heads=%d k_heads=%d width=%lld: the permutation needs v_heads a multiple of "
-            "k_heads and width / v_heads a multiple of 4 (v_heads 0: none)",
+            "k_heads, width / v_heads a multiple of 4 and width <= 2^31 - 1 (v_heads 0: none)",
             fn, (int)v_heads, (int)k_heads, (long long)width);
     t.source = PQ2_SOURCE_PERMUTE, t.x = x, t.nv = v_heads, t.nk = k_heads;
     return launch(fn, t, stream);

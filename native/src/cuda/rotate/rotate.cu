@@ -60,12 +60,14 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
     if constexpr (SOURCE == PQ2_SOURCE_PLAIN) {
         pq2_load4<XD>(elem(p.x, XD, base + e), v);
     } else if constexpr (SOURCE == PQ2_SOURCE_PERMUTE) {
-        int64_t i =
-            e;  // output e of the grouped order [hd, rep, nk] reads input i of [hd, nk, rep]
+        // output e of the grouped order [hd, rep, nk] reads input i of [hd, nk, rep]; 32-bit
+        // index arithmetic (the launcher refuses a permuted width above INT32_MAX)
+        int64_t i = e;
         if (p.nv > 0) {
-            const int64_t hd = p.width / p.nv, rep = p.nv / p.nk;
-            const int64_t d = e % hd, head = e / hd, r = head % rep, k = head / rep;
-            i = d + hd * (k + p.nk * r);
+            const uint32_t hd = (uint32_t)(p.width / p.nv), rep = (uint32_t)(p.nv / p.nk);
+            const uint32_t d = (uint32_t)e % hd, head = (uint32_t)e / hd, r = head % rep,
+                           k = head / rep;
+            i = d + hd * (k + (uint32_t)p.nk * r);
         }
         pq2_load4<XD>(elem(p.x, XD, base + i), v);
     } else if constexpr (SOURCE == PQ2_SOURCE_SWIGLU) {
@@ -79,34 +81,35 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
         // is read from L2 once per tile, and no block waits for another (which is why h goes to
         // a buffer of its own: x and the residual are read whole by every block). kInFlight
         // loads of each are issued before the first is used: the pass costs one L2 round trip
-        // for rows up to kInFlight * E elements, not one per E. The block's own elements are
-        // among them (e = 4 * threadIdx.x + tile * E).
+        // for rows up to kInFlight * E elements, not one per E. The loads carry no predicate
+        // (an index past the row re-reads its last four elements, left out of the sum): ptxas
+        // keeps only as many predicated loads in flight as it has predicate registers and
+        // otherwise waits for each before issuing the next. The block's own elements are among
+        // them (e = 4 * threadIdx.x + tile * E).
         constexpr int kInFlight = IN_FLIGHT;
         const int64_t step = 4 * (int64_t)blockDim.x;
         float w[4];  // issued first: it is independent of the sum
         load4_any(elem(p.norm_weight, p.norm_dtype, e), p.norm_dtype, w);
         float ss = 0.0f;
         for (int64_t i0 = 4 * threadIdx.x; i0 < p.width; i0 += step * kInFlight) {
-            float h[kInFlight][4];
+            float h[kInFlight][4], r[kInFlight][4];
 #pragma unroll
-            for (int u = 0; u < kInFlight; ++u) {
-                const int64_t i = i0 + u * step;
-#pragma unroll
-                for (int j = 0; j < 4; ++j) h[u][j] = 0.0f;
-                if (i < p.width) pq2_load4<XD>(elem(p.x, XD, base + i), h[u]);
-            }
+            for (int u = 0; u < kInFlight; ++u)
+                pq2_load4<XD>(elem(p.x, XD, base + min(i0 + u * step, p.width - 4)), h[u]);
             if (p.residual) {
 #pragma unroll
-                for (int u = 0; u < kInFlight; ++u) {
-                    const int64_t i = i0 + u * step;
-                    float r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                    if (i < p.width) pq2_load4<XD>(elem(p.residual, XD, row * p.width + i), r);
+                for (int u = 0; u < kInFlight; ++u)
+                    pq2_load4<XD>(
+                        elem(p.residual, XD, row * p.width + min(i0 + u * step, p.width - 4)),
+                        r[u]);
 #pragma unroll
-                    for (int j = 0; j < 4; ++j) h[u][j] += r[j];
-                }
+                for (int u = 0; u < kInFlight; ++u)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) h[u][j] += r[u][j];
             }
 #pragma unroll
             for (int u = 0; u < kInFlight; ++u) {
+                if (i0 + u * step >= p.width) break;
 #pragma unroll
                 for (int j = 0; j < 4; ++j) ss = fmaf(h[u][j], h[u][j], ss);
                 if (i0 + u * step == e) {
