@@ -205,6 +205,15 @@ int main()
                                                             &big, &o.op, nullptr));
         check("rotate_q8 permuted",
               pq2_rotate_q8_cuda(x, PQ2_DTYPE_F32, m, width, &big, 40, 8, &o.op, nullptr));
+        check("norm_rotate_q8 B 1024",
+              pq2_norm_rotate_q8_cuda(x, up, y, PQ2_DTYPE_F32, up, PQ2_DTYPE_F32, 1e-6f, m, width,
+                                      &big, &o.op, nullptr, PQ2_DTYPE_F32, nullptr));
+        // the Hadamard's cross-warp stages: one exchange (B 256, 512), one per stage (B 2048)
+        for (int32_t b : {256, 512, 2048}) {
+            const pq2_rotation r = {b, nullptr};
+            check("rotate B",
+                  pq2_rotate_cuda(x, PQ2_DTYPE_F32, y, PQ2_DTYPE_F32, m, 4096, &r, 0, nullptr));
+        }
         cuda_check("row transforms", cudaDeviceSynchronize());
         for (void *p : {x, y, up}) cudaFree(p);
         free_q8(o);

@@ -2,8 +2,9 @@
 // holds elements 4t..4t+3, so warp w holds the 128-group w), in place: H_B on every aligned B
 // elements (B = 2^log2b <= E), unnormalised, in Sylvester order: H(r, c) = (-1)^popcount(r & c).
 // Each stage pairs the elements whose indices differ in one bit: bits 0-1 in the thread, 2-6
-// across the warp's lanes, 7 and up across warps through shared memory. The order of every
-// addition is fixed, so the result bits never depend on timing.
+// across the warp's lanes, 7 and up across warps through shared memory (up to three such bits
+// from one exchange). The order of every addition is fixed, so the result bits never depend on
+// timing.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,7 +16,46 @@ __device__ __forceinline__ void butterfly(float &a, float &b)
     a = s, b = d;
 }
 
-// smem: E floats (blockDim.x * 4), free for this use; every thread of the block calls this.
+// The stages of bits 7 .. 6 + C (C <= 3) from one exchange: every thread stores its four values,
+// reads those of the threads t ^ (j << 5) (j < 2^C, the same lane in the partner warps) and forms
+// its own results from them with the staged transform's additions, in its order and with its
+// operands (so the bits are the same): at stage s the value of thread u and of u ^ (32 << s) give
+// u's next value, o - v where bit 5 + s of u is set, else v + o. Entry j of x stands for thread
+// t ^ (j << 5); stage s updates the entries whose bits 0..s are clear (the others are no longer
+// needed), 2^C - 1 additions per element in all. Ends with smem still being read.
+template <int C> __device__ __forceinline__ void cross_warp_stages(float (&v)[4], float *smem)
+{
+    const int t = threadIdx.x;
+    reinterpret_cast<float4 *>(smem)[t] = make_float4(v[0], v[1], v[2], v[3]);
+    __syncthreads();
+    float x[1 << C][4];
+#pragma unroll
+    for (int j = 0; j < (1 << C); ++j) {
+        if (j == 0) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) x[0][e] = v[e];
+        } else {
+            const float4 o = reinterpret_cast<const float4 *>(smem)[t ^ (j << 5)];
+            x[j][0] = o.x, x[j][1] = o.y, x[j][2] = o.z, x[j][3] = o.w;
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < C; ++s) {
+        const bool upper = (t >> (5 + s)) & 1;  // the same for every entry updated at stage s
+#pragma unroll
+        for (int j = 0; j < (1 << C); j += 2 << s)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float a = x[j][e], o = x[j | (1 << s)][e];
+                x[j][e] = upper ? o - a : a + o;
+            }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; ++e) v[e] = x[0][e];
+}
+
+// smem: E floats (blockDim.x * 4), free for this use; every thread of the block calls this. It is
+// still being read when this returns: a caller that writes smem afterwards syncs first.
 __device__ __forceinline__ void hadamard_block(float (&v)[4], int log2b, float *smem)
 {
     const int t = threadIdx.x, lane = t & 31;
@@ -31,8 +71,14 @@ __device__ __forceinline__ void hadamard_block(float (&v)[4], int log2b, float *
             v[j] = upper ? o - v[j] : v[j] + o;
         }
     }
-    for (int bit = 7; bit < log2b; ++bit) {
-        const int mask = 1 << (bit - 2);  // the partner thread
+    switch (log2b - 7) {
+    case 1: cross_warp_stages<1>(v, smem); return;
+    case 2: cross_warp_stages<2>(v, smem); return;
+    case 3: cross_warp_stages<3>(v, smem); return;
+    default: break;
+    }
+    for (int bit = 7; bit < log2b; ++bit) {  // B >= 2048: one exchange per stage
+        const int mask = 1 << (bit - 2);     // the partner thread
         const bool upper = t & mask;
         reinterpret_cast<float4 *>(smem)[t] = make_float4(v[0], v[1], v[2], v[3]);
         __syncthreads();
