@@ -39,7 +39,7 @@ pq2_status set_rotation(const char *fn, const pq2_rotation *rot, int64_t width,
     return PQ2_OK;
 }
 
-// A producer's common part: sizes, rotation, the Q8 operand, device; the source is the caller's.
+// A producer's common part: sizes, rotation, the Q8 operand; the source is the caller's.
 pq2_status begin_producer(const char *fn, int32_t dtype, int64_t m, int64_t width,
                           const pq2_rotation *rot, const pq2_q8 *out, pq2_row_transform *t)
 {
@@ -51,13 +51,16 @@ pq2_status begin_producer(const char *fn, int32_t dtype, int64_t m, int64_t widt
     PQ2_CHECK(pq2_q8_resolve(fn, "out", out, m, width, &o));
     t->q8 = o.q8, t->scales = o.scales, t->sums = o.sums, t->bits = o.bits, t->records = o.records;
     t->x_dtype = dtype, t->m = m, t->width = width, t->ld = width;
-    pq2_device dev;
-    return pq2_device_get(fn, &dev);
+    return PQ2_OK;
 }
 
+// The device check (its one-time setup on first use) and the launch.
 pq2_status launch(const char *fn, const pq2_row_transform &t, void *stream)
 {
-    PQ2_CHECK(pq2_row_transform_launch(fn, t, pq2_pdl_ok(), static_cast<cudaStream_t>(stream)));
+    pq2_device dev;
+    PQ2_CHECK(pq2_device_get(fn, &dev));
+    PQ2_CHECK(
+        pq2_row_transform_launch(fn, t, pq2_pdl_ok(), dev.sms, static_cast<cudaStream_t>(stream)));
     return pq2_ok();
 }
 
@@ -97,8 +100,6 @@ extern "C" PQ2_API pq2_status pq2_rotate_cuda(const void *x, int32_t x_dtype, vo
     t.source = PQ2_SOURCE_PLAIN, t.x = x, t.x_dtype = x_dtype, t.ld = width,
     t.inverse = flags & PQ2_ROTATE_INVERSE;
     t.y = y, t.y_dtype = y_dtype, t.m = m, t.width = width;
-    pq2_device dev;
-    PQ2_CHECK(pq2_device_get(fn, &dev));
     return launch(fn, t, stream);
 }
 
@@ -193,8 +194,6 @@ extern "C" PQ2_API pq2_status pq2_get_rows_cuda(const pq2_weights *w, const int3
     PQ2_CHECK(set_rotation(fn, rot, t.w.k, &t));
     t.source = PQ2_SOURCE_WEIGHTS, t.ids = ids, t.inverse = 1;
     t.y = out, t.y_dtype = out_dtype, t.m = n_ids, t.width = t.w.k;
-    pq2_device dev;
-    PQ2_CHECK(pq2_device_get(fn, &dev));
     return launch(fn, t, stream);
 }
 
@@ -209,7 +208,5 @@ extern "C" PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *ou
     PQ2_CHECK_ALIGN(fn, out, 16);
     t.source = PQ2_SOURCE_WEIGHTS, t.ids = nullptr;
     t.y = out, t.y_dtype = out_dtype, t.m = t.w.n, t.width = t.w.k;
-    pq2_device dev;
-    PQ2_CHECK(pq2_device_get(fn, &dev));
     return launch(fn, t, stream);
 }

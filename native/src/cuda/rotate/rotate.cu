@@ -141,9 +141,11 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
     }
 }
 
-// MAXT: the threads of a block at most (E / 4): 256 up to E = 1024 (registers for 8 of the
-// RMSNorm's loads in flight: a 5120-wide row in one round trip), else 1024.
-template <int SOURCE, int XD, bool Q8, int MAXT>
+// MAXT: the threads of a block at most (E / 4): 256 up to E = 1024, else 1024. DEPTH: the
+// RMSNorm's loads of each of x and the residual in flight (256 threads: 8, a 5120-wide row in one
+// round trip, for grids that fit on the device at once; 2 for larger grids, where 8 would hold
+// 100 registers and let fewer blocks share a multiprocessor).
+template <int SOURCE, int XD, bool Q8, int MAXT, int DEPTH = (MAXT <= 256 ? 8 : 4)>
 __global__ void __launch_bounds__(MAXT)
     row_transform_kernel(const pq2_row_transform p, int32_t tiles, float rsqrt_b)
 {
@@ -161,7 +163,7 @@ __global__ void __launch_bounds__(MAXT)
     const char4 s =
         p.signs ? *reinterpret_cast<const char4 *>(p.signs + e) : make_char4(1, 1, 1, 1);
     float v[4];
-    load_source<SOURCE, XD, MAXT <= 256 ? 8 : 4>(p, row, e, v, red);
+    load_source<SOURCE, XD, DEPTH>(p, row, e, v, red);
     if (p.signs && !p.inverse) v[0] *= s.x, v[1] *= s.y, v[2] *= s.z, v[3] *= s.w;
     if (p.log2b > 0) {
         hadamard_block(v, p.log2b, smem);
@@ -180,19 +182,25 @@ __global__ void __launch_bounds__(MAXT)
 
 using transform_fn = void (*)(const pq2_row_transform, int32_t, float);
 
-template <int SOURCE, bool Q8, int MAXT> transform_fn kernel_for(int32_t x_dtype)
+template <int SOURCE, bool Q8, int MAXT, int DEPTH = (MAXT <= 256 ? 8 : 4)>
+transform_fn kernel_for(int32_t x_dtype)
 {
     switch (x_dtype) {
-    case PQ2_DTYPE_F16: return row_transform_kernel<SOURCE, PQ2_DTYPE_F16, Q8, MAXT>;
-    case PQ2_DTYPE_BF16: return row_transform_kernel<SOURCE, PQ2_DTYPE_BF16, Q8, MAXT>;
-    default: return row_transform_kernel<SOURCE, PQ2_DTYPE_F32, Q8, MAXT>;
+    case PQ2_DTYPE_F16: return row_transform_kernel<SOURCE, PQ2_DTYPE_F16, Q8, MAXT, DEPTH>;
+    case PQ2_DTYPE_BF16: return row_transform_kernel<SOURCE, PQ2_DTYPE_BF16, Q8, MAXT, DEPTH>;
+    default: return row_transform_kernel<SOURCE, PQ2_DTYPE_F32, Q8, MAXT, DEPTH>;
     }
 }
 
 // The compiled transforms: rotate (dense in, dense out), the three producers of the Q8 operand,
-// and the rows of a PQ2_0 matrix (dense out), each for blocks of up to 256 and 1024 threads.
-template <int MAXT> transform_fn find_kernel(int32_t source, bool q8, int32_t x_dtype)
+// and the rows of a PQ2_0 matrix (dense out), each for blocks of up to 256 and 1024 threads; the
+// RMSNorm producer of 256 threads also with 2 loads in flight (large: a grid larger than the
+// device holds at once).
+template <int MAXT> transform_fn find_kernel(int32_t source, bool q8, int32_t x_dtype, bool large)
 {
+    if constexpr (MAXT <= 256)
+        if (large && q8 && source == PQ2_SOURCE_NORM)
+            return kernel_for<PQ2_SOURCE_NORM, true, MAXT, 2>(x_dtype);
     if (!q8 && source == PQ2_SOURCE_PLAIN)
         return kernel_for<PQ2_SOURCE_PLAIN, false, MAXT>(x_dtype);
     if (!q8 && source == PQ2_SOURCE_WEIGHTS)
@@ -215,13 +223,16 @@ int64_t pq2_row_tile(int64_t width, int32_t log2b)
     return e;
 }
 
-pq2_status pq2_row_transform_launch(const char *fn, const pq2_row_transform &t, bool pdl,
+pq2_status pq2_row_transform_launch(const char *fn, const pq2_row_transform &t, bool pdl, int sms,
                                     cudaStream_t stream)
 {
     const int64_t e = pq2_row_tile(t.width, t.log2b), tiles = t.width / e;
     const bool q8 = t.y == nullptr;  // no y: a Q8 sink
-    const transform_fn kernel = e <= 1024 ? find_kernel<256>(t.source, q8, t.x_dtype)
-                                          : find_kernel<kMaxThreads>(t.source, q8, t.x_dtype);
+    // 2 blocks of the 8-deep RMSNorm kernel (100 registers) fit on a multiprocessor
+    const bool large = t.m * tiles > 2 * (int64_t)sms;
+    const transform_fn kernel = e <= 1024
+                                    ? find_kernel<256>(t.source, q8, t.x_dtype, large)
+                                    : find_kernel<kMaxThreads>(t.source, q8, t.x_dtype, large);
     if (!kernel)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: no row transform for source %d", fn,
                              (int)t.source);
