@@ -132,8 +132,8 @@ def test_rotate_matches_the_explicit_sylvester_matrix():
 # ---- producers -----------------------------------------------------------------------------
 
 
-# m = 100: grids of 300 blocks and more, past what the device holds at once (rotate.cu then keeps
-# 2 RMSNorm loads in flight, not 8)
+# m = 100 at widths 5120 and 17408: grids of 500 blocks and more of 256 threads, past what the
+# device holds at once (rotate.cu then keeps 2 RMSNorm loads in flight, not 8)
 @pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 33, 100])
 @pytest.mark.parametrize("block,width", [(1024, 5120), (128, 768), (4096, 4096), (1024, 17408)])
 def test_norm_rotate_q8_is_q8_of_the_rotated_normed_values(m, block, width):

@@ -306,7 +306,8 @@ PQ2_API pq2_status pq2_swiglu_rotate_q8_cuda(const void *gate, const void *up, i
                                              void *stream);
 /* x, first permuted from the tiled to the grouped V-head order when v_heads > 0 (the
  * gdn_v_grouped contract: element d + hd*(k + k_heads*r) of x moves to d + hd*(r + rep*k), with
- * hd = width / v_heads, rep = v_heads / k_heads), rotated and quantised into *out. */
+ * hd = width / v_heads, rep = v_heads / k_heads), rotated and quantised into *out. The permutation
+ * needs v_heads a multiple of k_heads, hd a multiple of 4 and width <= 2^31 - 1 (PQ2_ERR_SHAPE). */
 PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, int64_t m, int64_t width,
                                       const pq2_rotation *rot, int32_t v_heads, int32_t k_heads,
                                       const pq2_q8 *out, void *stream);

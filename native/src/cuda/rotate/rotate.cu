@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "dtypes.cuh"
 #include "launch.cuh"
 #include "ptx.cuh"
@@ -144,7 +146,7 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
 // MAXT: the threads of a block at most (E / 4): 256 up to E = 1024, else 1024. DEPTH: the
 // RMSNorm's loads of each of x and the residual in flight (256 threads: 8, a 5120-wide row in one
 // round trip, for grids that fit on the device at once; 2 for larger grids, where 8 would hold
-// 100 registers and let fewer blocks share a multiprocessor).
+// 90-100 registers and let fewer blocks share a multiprocessor).
 template <int SOURCE, int XD, bool Q8, int MAXT, int DEPTH = (MAXT <= 256 ? 8 : 4)>
 __global__ void __launch_bounds__(MAXT)
     row_transform_kernel(const pq2_row_transform p, int32_t tiles, float rsqrt_b)
@@ -228,8 +230,9 @@ pq2_status pq2_row_transform_launch(const char *fn, const pq2_row_transform &t, 
 {
     const int64_t e = pq2_row_tile(t.width, t.log2b), tiles = t.width / e;
     const bool q8 = t.y == nullptr;  // no y: a Q8 sink
-    // 2 blocks of the 8-deep RMSNorm kernel (100 registers) fit on a multiprocessor
-    const bool large = t.m * tiles > 2 * (int64_t)sms;
+    // blocks of the 8-deep RMSNorm kernel (up to 100 registers a thread) a multiprocessor holds
+    const int64_t per_sm = std::min<int64_t>(32, std::max<int64_t>(1, 65536 / (100 * (e / 4))));
+    const bool large = t.m * tiles > per_sm * sms;
     const transform_fn kernel = e <= 1024
                                     ? find_kernel<256>(t.source, q8, t.x_dtype, large)
                                     : find_kernel<kMaxThreads>(t.source, q8, t.x_dtype, large);
