@@ -18,7 +18,7 @@ OUT, the path the user gave.
 
 atomic_outputs(OUTS) does the same for files that appear together (the shards of
 `pyq2 repack --tp`): all are staged, then moved into place in order; if one cannot be, those
-already moved are removed again.
+already moved are removed again (with `force`, the set's other targets too).
 
 check_output() is the up-front half: a directory, device, FIFO or socket is never written or
 replaced, even with `force`, and an existing OUT needs `force`.
@@ -249,18 +249,20 @@ def atomic_outputs(outs, force: bool, notice: Notice | None = None) -> Iterator[
     """atomic_output for files that appear together: yield the paths to write each one's bytes
     to; when the block ends normally they move into place in order. If moving one fails (an OUT
     that appeared meanwhile, without force; a signal between two), the ones this call already
-    moved are removed again, so none stays (with force, what they replaced is gone)."""
+    moved are removed again, so none stays. With force the set's other targets are removed too
+    (an earlier set they belong to is being replaced): no mix of old and new files stays."""
     with contextlib.ExitStack() as stack:
         pairs = [stack.enter_context(_staging(out, notice)) for out in outs]
         yield [staged for staged, _ in pairs]
-        placed: list[str] = []
+        targets = [target_of(os.fspath(out)) for out in outs]
+        placed = 0
         try:
-            for (_, commit), out in zip(pairs, outs, strict=True):
+            for _, commit in pairs:
                 commit(force)
-                placed.append(target_of(os.fspath(out)))
+                placed += 1
         except BaseException:
             with interrupts.deferred():
-                for path in placed:
+                for path in targets if force else targets[:placed]:
                     try:
                         os.unlink(path)
                     except OSError:

@@ -217,24 +217,29 @@ def default_out_path(in_path, layout: str, fused: bool = False) -> Path:
     return p.with_name(f"{stem}.pyq2-{layout}{'-fused' if fused else ''}.gguf")
 
 
-def _check_paths(in_path: str, out_path: str, force: bool, dry_run: bool, layout: str) -> bool:
-    """Refuse a request that cannot be written (pyq2.output.check_output says what OUT may be);
-    returns whether OUT exists."""
+def _check_out_name(in_path: str, out_path: str, layout: str) -> None:
+    """Refuse an OUT (as given, before any shard suffix) that names no file: empty, or a
+    directory."""
     if not os.path.exists(in_path):
         raise FileNotFoundError(2, "No such file or directory", in_path)
     if not out_path:
         raise RepackError("the output path is empty; give -o a file name")
-    same = os.path.realpath(in_path) == os.path.realpath(out_path)
-    if not same and os.path.exists(out_path):
-        same = os.path.samefile(in_path, out_path)
-    if same:
-        raise RepackError(f"output {out_path} is the input file; choose another -o")
     if out_path.endswith(os.sep) or os.path.isdir(out_path):
         what = "is" if os.path.isdir(out_path) else "names"
         example = os.path.join(out_path, default_out_path(in_path, layout).name)
         raise RepackError(
             f"output {out_path} {what} a directory; -o names the file, e.g. {example}"
         )
+
+
+def _check_file(in_path: str, out_path: str, force: bool, dry_run: bool) -> bool:
+    """Refuse a file that cannot be written (pyq2.output.check_output says what it may be);
+    returns whether it exists."""
+    same = os.path.realpath(in_path) == os.path.realpath(out_path)
+    if not same and os.path.exists(out_path):
+        same = os.path.samefile(in_path, out_path)
+    if same:
+        raise RepackError(f"output {out_path} is the input file; choose another -o")
     return output.check_output(out_path, force, dry_run)
 
 
@@ -286,10 +291,11 @@ def repack(
     if out_path is None:
         out_path = default_out_path(in_path, layout, fuse)
     out_path = os.fspath(out_path)
+    _check_out_name(in_path, out_path, layout)
     paths = shard_paths(out_path, tp) if tp else [out_path]
     out_exists = False
     for path in paths:
-        out_exists |= _check_paths(in_path, path, force, dry_run, layout)
+        out_exists |= _check_file(in_path, path, force, dry_run)
     ops = Backend(backend)
     summary = Summary(
         in_path,

@@ -263,3 +263,12 @@ def test_atomic_outputs_appear_together_or_not_at_all(tmp_path):
             Path(sa).write_text("A")
             raise OSError(28, "No space left on device")
     assert listing(tmp_path) == ["b.gguf"]
+    # with force, a failed move leaves no mix of the earlier set and this one
+    c, d = tmp_path / "c.gguf", tmp_path / "d.gguf"
+    a.write_text("old a"), c.write_text("old c")
+    d.mkdir(), (d / "x").write_text("")  # a target that cannot be replaced
+    with pytest.raises(OSError):
+        with output.atomic_outputs([a, d, c], force=True) as staged:
+            for path, text in zip(staged, "ADC", strict=True):
+                Path(path).write_text(text)
+    assert listing(tmp_path) == ["b.gguf", "d.gguf"] and d.is_dir()

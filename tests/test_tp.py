@@ -9,6 +9,7 @@ dense arrays (independently of the writer's reading code), then through verify; 
 bad sets and edited shards are refused, and no partial shard set is ever left behind.
 """
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -297,6 +298,13 @@ def test_tp_refusals_leave_nothing(tmp_path, demo_gguf):
         repack(demo_gguf, tmp_path / "a.gguf", layout="raw", tp=2)
     with pytest.raises(RepackError, match=r"does not split: .*4 GPUs"):
         repack(demo_gguf, tmp_path / "a.gguf", tp=4)
+    # OUT itself must name a file, not only the shard names made from it
+    (tmp_path / "d").mkdir()
+    with pytest.raises(RepackError, match="is a directory"):
+        repack(demo_gguf, tmp_path / "d", tp=2)
+    with pytest.raises(RepackError, match="names a directory"):
+        repack(demo_gguf, str(tmp_path / "e") + os.sep, tp=2)
+    (tmp_path / "d").rmdir()
     assert listing(tmp_path) == before
     s = repack(demo_gguf, tmp_path / "a.gguf", tp=2)
     with pytest.raises(RepackError, match="is a tensor-parallel shard"):
