@@ -114,9 +114,14 @@ class Entry:
 class Contents:
     entries: list[Entry]  # the original tensors, in their original order
     fused: dict[str, tuple[Member, ...]]  # fused tensor name -> its members, in row order
+    shard: tuple[int, int] | None = None  # a tensor-parallel shard's (G, rank) (shard_of)
 
     def by_name(self) -> dict[str, Entry]:
         return {e.name: e for e in self.entries}
+
+    def input_widths(self) -> dict[str, int]:
+        """Each weight's input width (Entry.input_width), by name."""
+        return {e.name: w for e in self.entries if (w := e.input_width) is not None}
 
     def splits(self) -> dict[str, Split]:
         """A tensor-parallel shard's parts (Entry.split) by tensor name; {} for a whole model."""
@@ -174,7 +179,9 @@ def contents(gf: GGUFFile, check_bytes: bool = True) -> Contents:
     entries = [e if e is not None else next(rest) for e in slots]
     shard = metadata.shard_of(gf)
     if shard is not None:
-        entries = [replace(e, split=_split_of(gf, e, *shard)) for e in entries]
+        entries = [
+            replace(e, split=metadata.tensor_split(gf, e.name, e.ne, *shard)) for e in entries
+        ]
     # The order the positions imply for this file: a fused tensor where its first member stood.
     implied: list[str] = []
     for e in entries:
@@ -186,12 +193,7 @@ def contents(gf: GGUFFile, check_bytes: bool = True) -> Contents:
             f"{gf.path}: the fused tensors' member positions do not match the file's tensor "
             f"order (a fused tensor stands where its first member stood)"
         )
-    return Contents(entries, fused)
-
-
-def _split_of(gf: GGUFFile, e: Entry, size: int, rank: int) -> Split | None:
-    ne = e.ne
-    return metadata.tensor_split(gf, e.name, tuple(ne), size, rank)
+    return Contents(entries, fused, shard)
 
 
 # ---- which siblings --fuse writes as one tensor ---------------------------------------------

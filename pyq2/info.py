@@ -16,7 +16,7 @@ from . import fuse, gguf_io
 from .errors import FormatError
 from .gguf_io import GGUFFile, GGUFValueType
 from .gguf_types import type_name
-from .metadata import KEY_FORMAT_VERSION, KEY_LAYOUT, TENSOR_KEY_PREFIX, shard_of
+from .metadata import KEY_FORMAT_VERSION, KEY_LAYOUT, TENSOR_KEY_PREFIX
 from .rotation import PREFIX as HADAMARD_PREFIX
 from .rotation import Rotation
 
@@ -62,7 +62,7 @@ def describe(path) -> dict[str, Any]:
                 continue
             meta[k] = _value_summary(gf, k)
         splits = contents.splits()
-        shard = shard_of(gf)
+        shard = contents.shard
         tensors = []
         for t in gf.tensors:
             info = gf.weight_info(t)

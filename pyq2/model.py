@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from . import formats, fuse, gguf_io, layouts, metadata, weight_io
+from . import formats, fuse, gguf_io, layouts, weight_io
 from .arch import PRESETS, Dims, Plan, decode_plan
 from .errors import FormatError
 from .fuse import Contents, Entry
@@ -155,11 +155,11 @@ def check(gf) -> Checked:
     contents = fuse.contents(gf)
     plan = decode_plan([e.name for e in contents.entries], gf)
     dense: dict[str, tuple[str, Any]] = {}
-    widths: dict[str, int] = {}
+    widths = contents.input_widths()
     for e in contents.entries:
         if e.info is not None:
-            widths[e.name] = e.info.k if e.input_width is None else e.input_width
-        elif e.tensor.type_id in DENSE_TYPES:
+            continue
+        if e.tensor.type_id in DENSE_TYPES:
             dense[e.name] = DENSE_TYPES[e.tensor.type_id]
         else:
             raise FormatError(
@@ -184,7 +184,7 @@ def check(gf) -> Checked:
                 f"{gf.path}: fused tensor '{fname}' holds weights folded with the rotation and "
                 f"weights that are not"
             )
-    shard = metadata.shard_of(gf)
+    shard = contents.shard
     rank = shard[1] if shard is not None else 0
     signs = {}
     if rotation is not None:

@@ -321,7 +321,7 @@ def repack(
         files = [(contents.entries, records)]
         if tp:
             try:
-                splits = shard.plan_of_file(gf, contents, tp)
+                plan = shard.plan_of_file(gf, contents, tp)
             except FormatError as e:
                 raise RepackError(
                     f"--tp {tp} cuts a qwen35 model along its heads, and this one does not "
@@ -329,7 +329,7 @@ def repack(
                 ) from None
             files = []
             for rank in range(tp):
-                entries = shard.shard_entries(gf, contents, splits, rank)
+                entries = shard.shard_entries(gf, contents, plan, rank)
                 files.append((entries, records + shard.split_records(entries, tp, rank)))
         # one progress over all files: each file's bytes after those of the files before it
         sizes = [sum(e.nbytes for e in entries) for entries, _ in files]

@@ -25,9 +25,9 @@ from .errors import FormatError
 from .formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS
 from .fuse import Contents, Entry
 from .gguf_io import GGUFFile, OutTensor
-from .gguf_types import DENSE_TYPES, type_name
+from .gguf_types import DENSE_TYPES, type_name, type_nbytes
 from .rotation import Rotation
-from .tp import ShardPlan, Split, shard_plan
+from .tp import ShardPlan, Split, piece_indices, shard_plan
 
 
 def _item(type_id: int) -> np.dtype:
@@ -56,9 +56,7 @@ class ShardEntry(Entry):
         pieces = split.pieces[self.rank]
         if split.axis == 0:
             g = src.info.k // PQ2_BLOCK_WEIGHTS
-            blocks = np.concatenate(
-                [np.arange(a // PQ2_BLOCK_WEIGHTS, b // PQ2_BLOCK_WEIGHTS) for a, b in pieces]
-            )
+            blocks = piece_indices(pieces, PQ2_BLOCK_WEIGHTS)
             for r0, raw in src.slices(backend, gf, rows):
                 n = raw.size // (g * PQ2_BLOCK_BYTES)
                 yield r0, raw.reshape(n, g, PQ2_BLOCK_BYTES)[:, blocks].reshape(-1)
@@ -81,14 +79,14 @@ class ShardEntry(Entry):
         src, split = self._cut()
         t = src.tensor
         ne = split.shape(t.ne, self.rank)
-        return OutTensor(t.name, t.type_id, ne, _item(t.type_id).itemsize * int(np.prod(ne)))
+        return OutTensor(t.name, t.type_id, ne, type_nbytes(t.type_id, ne))
 
     def chunks(self, gf: GGUFFile) -> Iterator[np.ndarray]:
         src, split = self._cut()
         t = src.tensor
         arr = gf.data(t).view(_item(t.type_id)).reshape(tuple(reversed(t.ne)))
         axis = arr.ndim - 1 - split.axis  # numpy order is gguf's reversed
-        idx = np.concatenate([np.arange(a, b) for a, b in split.pieces[self.rank]])
+        idx = piece_indices(split.pieces[self.rank])
         part = np.ascontiguousarray(np.take(arr, idx, axis=axis)).view(np.uint8).reshape(-1)
         gf.release(t)
         for start in range(0, part.size, weight_io.PASS_CHUNK):  # as Entry.chunks cuts them
@@ -150,8 +148,7 @@ def plan_of_file(gf: GGUFFile, contents: Contents, g: int) -> ShardPlan:
     names = [e.name for e in contents.entries]
     try:
         plan = decode_plan(names, gf)
-        widths = {e.name: e.info.k for e in contents.entries if e.info is not None}
-        rotation = Rotation.from_file(gf, widths)
+        rotation = Rotation.from_file(gf, contents.input_widths())
     except FormatError as e:
         raise FormatError(f"{gf.path}: {e}") from None
     ne = {e.name: e.ne for e in contents.entries}

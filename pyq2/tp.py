@@ -76,7 +76,6 @@ class Split:
 
 @dataclass(frozen=True)
 class ShardPlan:
-    size: int  # G
     splits: dict[str, Split]  # the tensors cut; every other tensor is whole on every rank
 
     def split(self, name: str) -> Split | None:
@@ -267,9 +266,10 @@ class _Planner:
             rank_signs(rot, weights, rank, f"{self.where}: over {self.g} GPUs")
 
 
-def take_pieces(x: np.ndarray, pieces: tuple[Range, ...]) -> np.ndarray:
-    """x[a:b] of each piece, one after another."""
-    return np.concatenate([x[a:b] for a, b in pieces])
+def piece_indices(pieces: tuple[Range, ...], unit: int = 1) -> np.ndarray:
+    """The indices a:b of each piece, one after another, counted in units of `unit` (a and b
+    multiples of it)."""
+    return np.concatenate([np.arange(a // unit, b // unit) for a, b in pieces])
 
 
 def rank_signs(
@@ -287,7 +287,7 @@ def rank_signs(
     for name, k, split in weights:
         if split is not None and split.axis == 0:
             whole = rotation.signs_for(split.extent)
-            signs = None if whole is None else take_pieces(whole, split.pieces[rank])
+            signs = None if whole is None else whole[piece_indices(split.pieces[rank])]
         else:
             signs = rotation.signs_for(k)
         if k in out and not _same(out[k], signs):
@@ -348,4 +348,4 @@ def shard_plan(
         p.ffn(b)
     p.head("output.weight")
     p.check_signs()
-    return ShardPlan(g, p.splits)
+    return ShardPlan(p.splits)

@@ -199,7 +199,7 @@ def verify(original, repacked, backend: str = "auto") -> VerifyResult:
     with gguf_io.open_gguf(original) as fa, contextlib.ExitStack() as stack:
         files = [stack.enter_context(gguf_io.open_gguf(p)) for p in paths]
         contents = fuse.contents(fa)
-        if shard_of(fa) is not None:
+        if contents.shard is not None:
             msg: str | None = f"{fa.path} is a shard; the original is the whole model"
         elif len(files) == 1 and shard_of(files[0]) is None:
             msg = _compare_file(ops, fa, contents.entries, files[0], fuse.contents(files[0]), res)
