@@ -97,7 +97,7 @@ def test_load_refuses_before_keeping_gpu_memory(demo_gguf, tmp_path):
 
 
 def test_synthetic_tiny_runs_in_a_graph():
-    from pyq2.bench import graph_ms
+    from pyq2.timing import graph_ms
 
     model = synthetic("tiny")
     step = DecodeStep(model, 4)

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from pyq2.gpu import CONFIG_FIELDS
+
 ROOT = Path(__file__).resolve().parents[1]
 TUNE = ROOT / "tools" / "tune" / "tune_matmul.py"
 INSTANCES = ROOT / "tools" / "tune" / "instances.py"
@@ -36,13 +38,10 @@ def run(*argv):
     )
 
 
-FIELDS = ("family", "row_subtiles", "tokens", "warps", "unroll", "stages", "blocks", "splits")
-
-
 def write_tune(path, m, cands, commit):
     """A --json tune of tiles rt 2, shape out, at m: (config tuple, us) candidates."""
     at = {"shape": "out", "layout": "tiles", "layout_rt": 2, "m": m}
-    rows = [{**at, "config": dict(zip(FIELDS, c, strict=True)), "us": us} for c, us in cands]
+    rows = [{**at, "config": dict(zip(CONFIG_FIELDS, c, strict=True)), "us": us} for c, us in cands]
     env = {"date": "2026-02-02T00:00:00+00:00", "gpu": "GPU", "nvidia_smi": "GPU, drv"}
     path.write_text(json.dumps({"env": {**env, "commit": commit}, "rows": rows}))
 
