@@ -14,7 +14,9 @@ without a file, whole or one rank's shard of it (pyq2.tp).
 A tensor-parallel shard (`pyq2 repack --tp G`) loads as a model of its parts: `Model.tp` is
 (G, rank), `Model.splits` what it holds of each cut tensor, the plan counts the rank's own
 Gated-DeltaNet heads, and each row-parallel weight's rotation is the whole width's restricted
-to its columns (its slice of the signs). Its decode step needs a collective (pyq2.step).
+to its columns (its slice of the signs). Its head must hold the rows pyq2.tp.head_rows gives
+its rank, the order its decode step gathers the logits in; the step needs a collective
+(pyq2.step).
 
 A Model holds per weight (by its original name) its device matrix, stored type and the rotation
 width it reads; the rotation's sign vectors are on the device too. A fused tensor of the file
@@ -42,7 +44,7 @@ from .gguf_types import DENSE_TYPES, type_name
 from .gpu import DeviceRotation, PQ2Weights, _torch
 from .metadata import Member
 from .rotation import Rotation
-from .tp import Split, rank_signs, shard_plan
+from .tp import Split, head_rows, rank_signs, shard_plan
 
 Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, tensor name)
 
@@ -146,7 +148,6 @@ class Checked:
     contents: Contents
     dense: dict[str, tuple[str, Any]]
     signs: dict[int, np.ndarray | None]  # per input width the weights read (rotation_signs)
-    shard: tuple[int, int] | None  # (G, rank) of a tensor-parallel shard
 
 
 def check(gf) -> Checked:
@@ -184,8 +185,7 @@ def check(gf) -> Checked:
                 f"{gf.path}: fused tensor '{fname}' holds weights folded with the rotation and "
                 f"weights that are not"
             )
-    shard = contents.shard
-    rank = shard[1] if shard is not None else 0
+    g, rank = contents.shard or (1, 0)
     signs = {}
     if rotation is not None:
         weights = [
@@ -195,7 +195,15 @@ def check(gf) -> Checked:
         ]
         signs = rank_signs(rotation, weights, rank, gf.path)
     splits = contents.splits()
-    return Checked(local_heads(plan, splits, rank), rotation, contents, dense, signs, shard)
+    head = plan.stages[-1].projections[0]
+    if head in splits:  # the step gathers the logits in pyq2.tp.head_rows order
+        a, b = head_rows(splits[head].extent, g)[rank]
+        if splits[head].pieces[rank] != ((a, b),):
+            raise FormatError(
+                f"{gf.path}: its head holds {splits[head].held(rank)}, but rank {rank} of {g} "
+                f"holds rows {a}:{b} (pyq2.tp.head_rows)"
+            )
+    return Checked(local_heads(plan, splits, rank), rotation, contents, dense, signs)
 
 
 def assemble(
@@ -328,7 +336,7 @@ def load(
         str(Path(path)),
         grouped,
         fused,
-        checked.shard,
+        checked.contents.shard,
         splits,
     )
 

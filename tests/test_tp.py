@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pyq2 import formats, gguf_io, layouts, metadata, reference, shard
+from pyq2 import formats, gguf_io, layouts, metadata, model, reference, shard
 from pyq2 import fuse as fuse_mod
 from pyq2.arch import PRESETS, Dims, Keys, decode_plan
 from pyq2.errors import FormatError, RepackError
@@ -358,6 +358,23 @@ def test_verify_refuses_incomplete_sets_and_edited_shards(tmp_path, demo_gguf):
     res = verify(demo_gguf, [s0, bad])
     assert not res.ok and "holds columns 0:128 of 256" in res.message
     assert "gives columns 128:256 of 256" in res.message
+
+
+def test_load_refuses_a_shard_whose_head_rows_are_not_head_rows(tmp_path, demo_gguf):
+    s = repack(demo_gguf, tmp_path / "a.gguf", tp=2)
+    with gguf_io.open_gguf(s.shards[1]) as gf:
+        model.check(gf)  # as written
+        a, b = (int(v) for v in gf.value(metadata.tensor_key("output.weight", "tp_pieces")))
+    key = metadata.tensor_key("output.weight", "tp_pieces")
+
+    def edit(blob, _):  # the same number of rows, from row 0
+        i = blob.find(key.encode())
+        j = blob.find(np.array([a, b], "<u8").tobytes(), i)
+        blob[j : j + 16] = np.array([0, b - a], "<u8").tobytes()
+
+    bad = patched(Path(s.shards[1]), tmp_path / "bad.gguf", edit)
+    with gguf_io.open_gguf(bad) as gf, pytest.raises(FormatError, match="its head holds rows 0:"):
+        model.check(gf)
 
 
 def test_split_keys_are_checked(tmp_path):
