@@ -183,13 +183,17 @@ class _Planner:
         qk = k_heads * hd
         self.expect(b + "attn_qkv.weight", 1, 2 * qk + k, "Q, K of the K heads and V")
         self.expect(b + "attn_gate.weight", 1, k, "V heads x head width")
-        for s in ("ssm_alpha.weight", "ssm_beta.weight", "ssm_conv1d.weight"):
-            if b + s in self.ne:
-                want = 2 * qk + k if s == "ssm_conv1d.weight" else v_heads
-                self.expect(b + s, 1, want, "the qkv channels" if want != v_heads else "V heads")
-        for s in ("ssm_a", "ssm_dt.bias"):
-            if b + s in self.ne:
-                self.expect(b + s, 0, v_heads, "V heads")
+        # the recurrence's optional per-head tensors: (name, axis, extent, what, pieces it takes)
+        side = [
+            ("ssm_alpha.weight", 1, v_heads, "V heads", "heads"),
+            ("ssm_beta.weight", 1, v_heads, "V heads", "heads"),
+            ("ssm_conv1d.weight", 1, 2 * qk + k, "the qkv channels", "qkv"),
+            ("ssm_a", 0, v_heads, "V heads", "heads"),
+            ("ssm_dt.bias", 0, v_heads, "V heads", "heads"),
+        ]
+        side = [t for t in side if b + t[0] in self.ne]
+        for s, axis, want, what, _ in side:
+            self.expect(b + s, axis, want, what)
         grouped = self.rotation is not None and self.rotation.gdn_v_grouped
         align, why = self.align(out)
         if grouped:  # a rank's columns: its K heads' rep V heads each, one range
@@ -217,15 +221,8 @@ class _Planner:
         self.add(b + "attn_qkv.weight", 1, qkv)
         self.add(b + "attn_gate.weight", 1, gate)
         self.add(out, 0, cols)
-        for s, axis, pieces in (
-            ("ssm_alpha.weight", 1, heads),
-            ("ssm_beta.weight", 1, heads),
-            ("ssm_conv1d.weight", 1, qkv),
-            ("ssm_a", 0, heads),
-            ("ssm_dt.bias", 0, heads),
-        ):
-            if b + s in self.ne:
-                self.add(b + s, axis, pieces)
+        for s, axis, _, _, which in side:
+            self.add(b + s, axis, heads if which == "heads" else qkv)
 
     def ffn(self, b: str) -> None:
         down = b + "ffn_down.weight"
