@@ -692,20 +692,22 @@ needs_sm90 = pytest.mark.skipif(
 @needs_sm90
 def test_gemm_sm90_explicit_configs_bit_identical_to_portable():
     """Every compiled sm_90a GEMM kernel (tokens x stages), with and without split groups; at
-    tokens 64 the bits of the portable kernel of the same tile and splits (the same integer
-    products, promoted in the same order)."""
+    tokens 32 and 64 the bits of the portable kernel of the same tile and splits (the same
+    integer products, promoted in the same order)."""
     check_explicit_configs(
         (1000, 5120),
         FAMILY_GEMM_SM90,
-        (64, 96, 128),
+        (32, 64, 96, 128),
         (3, 4, 5, 6),
         (1, 3, 16),
-        same_as=lambda tokens, splits: gemm_config(64, 4, splits) if tokens == 64 else None,
+        same_as=lambda tokens, splits: (
+            gemm_config(tokens, 4, splits) if tokens in (32, 64) else None
+        ),
     )
 
 
 @needs_sm90
-@pytest.mark.parametrize("tokens", [64, 128])
+@pytest.mark.parametrize("tokens", [32, 64, 128])
 @pytest.mark.parametrize(
     "shape",
     [(1, 512), (17, 1024), (100, 5120), (1000, 512), (4111, 1536)],
@@ -713,7 +715,7 @@ def test_gemm_sm90_explicit_configs_bit_identical_to_portable():
 )
 def test_gemm_sm90_every_m(shape, tokens):
     """The sm_90a kernels at every boundary of m, rows and groups off the tile sizes, tile
-    heights 1 and 4, against the reference (the portable kernel's bits at tokens 64)."""
+    heights 1 and 4, against the reference (the portable kernel's bits at tokens 32 and 64)."""
     for rt in (1, 4):
         codes, scales, w = weights(shape, "random", "tiles", rt)
         for m in GEMM_M:
@@ -726,8 +728,8 @@ def test_gemm_sm90_every_m(shape, tokens):
             torch.cuda.synchronize()
             what = f"m={m} rt={rt}"
             assert rel_rms(y, q8_reference(codes, scales, *xq)) <= Y_TOL[torch.float32], what
-            if tokens == 64:
-                assert torch.equal(y, w.matmul(x, cfg=gemm_config(64, 4, 1))), what
+            if tokens in (32, 64):
+                assert torch.equal(y, w.matmul(x, cfg=gemm_config(tokens, 4, 1))), what
 
 
 @needs_sm90
@@ -763,7 +765,7 @@ def test_gemm_sm90_bad_configs():
     codes, scales, w = weights((1000, 1024), "random", "tiles", 2)
     x = activations(40, 1024, "normal", torch.float32, 0)
     for cfg, words in (
-        (gemm_config(32, 4, 0, FAMILY_GEMM_SM90), "tokens=32"),
+        (gemm_config(48, 4, 0, FAMILY_GEMM_SM90), "tokens=48"),
         (gemm_config(64, 2, 0, FAMILY_GEMM_SM90), "stages=2"),
         (gemm_config(64, 7, 0, FAMILY_GEMM_SM90), "stages=7"),
     ):

@@ -198,7 +198,7 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
  *                needs workspace)
  * PQ2_FAMILY_GEMM_SM90 (any m; tiles; compute capability 9.0 and a build with sm_90a; k a
  * multiple of 512 below 2^31; a pq2_matmul_q8_cuda operand's scales and sums 16-byte aligned):
- * the fields of PQ2_FAMILY_GEMM with tokens 64, 96 or 128 and stages 3..6 (the depth of a TMA
+ * the fields of PQ2_FAMILY_GEMM with tokens 32, 64, 96 or 128 and stages 3..6 (the depth of a TMA
  * pipeline fed by a producer warp). Where it does not serve, the dispatcher passes its table
  * lines by, and a misaligned operand falls back to PQ2_FAMILY_GEMM (the dispatcher's workspace
  * size covers both); an explicit one is refused.

@@ -65,7 +65,7 @@ def search_space(layout, layout_rt, m, parts=SEARCH_CHOICES, warps=None, k=5120)
             for tokens, stages, splits in itertools.product((32, 64, 128), (2, 3, 4), (1, 2, 4, 8)):
                 if k // 128 // splits >= 8:
                     yield (GEMM, 8, tokens, 8, 1, stages, 0, splits)
-            for tokens, stages, splits in itertools.product((64, 96, 128), (4, 6), (1, 2, 4)):
+            for tokens, stages, splits in itertools.product((32, 64, 96, 128), (4, 6), (1, 2, 4)):
                 if k // 128 // splits >= 8:
                     yield (GEMM_SM90, 8, tokens, 8, 1, stages, 0, splits)
         return

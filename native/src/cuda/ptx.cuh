@@ -295,6 +295,25 @@ __device__ __forceinline__ uint64_t wgmma_desc_sw128(uint32_t smem_addr)
            (uint64_t)(1024 >> 4) << 32 | (uint64_t)1 << 62;
 }
 
+// D(64 x 32, s32) = A(64 x 32 u8, registers: a warp's 16 rows in the m16n8k32 A fragment
+// layout) * B(32 x 32 s8, K-major in shared memory at desc) (+ D when accumulate).
+__device__ __forceinline__ void wgmma_u8s8_n32(int (&d)[16], const uint32_t (&a)[4], uint64_t desc,
+                                               bool accumulate)
+{
+#if PQ2_WGMMA
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k32.s32.u8.s8 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, {%16,%17,%18,%19}, %20, "
+                 "p;\n}\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]),
+                   "+r"(d[6]), "+r"(d[7]), "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]),
+                   "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"((int)accumulate));
+#else
+    (void)d, (void)a, (void)desc, (void)accumulate;
+#endif
+}
+
 // D(64 x 64, s32) = A(64 x 32 u8, registers: a warp's 16 rows in the m16n8k32 A fragment
 // layout) * B(64 x 32 s8, K-major in shared memory at desc) (+ D when accumulate).
 __device__ __forceinline__ void wgmma_u8s8_n64(int (&d)[32], const uint32_t (&a)[4], uint64_t desc,

@@ -1,16 +1,16 @@
 // kernel_wgmma.cuh - the Hopper GEMM kernel (sm_90a, wgmma): the same product and tile as
 // kernel_mma.cuh, with the MMAs issued asynchronously by warpgroups fed by a producer warp.
 //
-// A block is two consumer warpgroups and one producer warp (288 threads); at 64 tokens two
-// blocks share an SM (launch bounds), so four warpgroups take turns on its tensor cores. Consumer
-// warp w (0..7) owns sub-tile w, so warpgroup h multiplies rows 64h..64h+63 of the block's 128 by
-// all BN tokens: per group, four wgmma m64nBNk32 (one per 32-wide plane). The weights are the
-// register operand A: a warp reads its sub-tile's code bytes from the staged tiles-layout block
-// with two 8-byte loads per lane, picked so that the fragment lines up with the activations'
-// plane order (the tiles layout serves decode and prefill alike), and expands the four planes to
-// the top bits of each byte (code * 64, u8). The activations are operand B, read by the tensor
-// cores from shared memory, where a TMA copy of the Q8 operand's (BN tokens x 128) box lands
-// with the 128-byte swizzle (each token's group is one row of a K-major tile).
+// A block is two consumer warpgroups and one producer warp (288 threads); at 32 tokens three
+// blocks share an SM and at 64 tokens two (launch bounds), so four or six warpgroups take turns
+// on its tensor cores. Consumer warp w (0..7) owns sub-tile w, so warpgroup h multiplies rows
+// 64h..64h+63 of the block's 128 by all BN tokens: per group, four wgmma m64nBNk32 (one per 32-wide
+// plane). The weights are the register operand A: a warp reads its sub-tile's code bytes from the
+// staged tiles-layout block with two 8-byte loads per lane, picked so that the fragment lines up
+// with the activations' plane order (the tiles layout serves decode and prefill alike), and expands
+// the four planes to the top bits of each byte (code * 64, u8). The activations are operand B, read
+// by the tensor cores from shared memory, where a TMA copy of the Q8 operand's (BN tokens x 128)
+// box lands with the 128-byte swizzle (each token's group is one row of a K-major tile).
 //
 // Pipeline: STAGES stages, each with a "full" and an "empty" mbarrier. The producer warp waits
 // for a stage to be empty, then its first lane copies a group into it with three TMA copies
@@ -73,7 +73,9 @@ template <int BN>
 __device__ __forceinline__ void wgmma_u8s8(int (&d)[BN / 2], const uint32_t (&a)[4], uint64_t desc,
                                            bool accumulate)
 {
-    if constexpr (BN == 64)
+    if constexpr (BN == 32)
+        wgmma_u8s8_n32(d, a, desc, accumulate);
+    else if constexpr (BN == 64)
         wgmma_u8s8_n64(d, a, desc, accumulate);
     else if constexpr (BN == 96)
         wgmma_u8s8_n96(d, a, desc, accumulate);
@@ -219,8 +221,14 @@ __device__ __forceinline__ void consume(wg_stage<BN> *stages, const wg_quad<BN> 
     }
 }
 
+// Blocks per SM: three at 32 tokens (72 registers), two at 64 (96), one above.
+constexpr int wg_blocks_per_sm(int bn)
+{
+    return bn == 32 ? 3 : bn == 64 ? 2 : 1;
+}
+
 template <int BN, int STAGES>
-__global__ void __launch_bounds__(kWgThreads, BN == 64 ? 2 : 1)
+__global__ void __launch_bounds__(kWgThreads, wg_blocks_per_sm(BN))
     wgmma_kernel(const pq2_gemm_problem p, const __grid_constant__ wg_maps maps)
 {
 #if PQ2_WGMMA

@@ -37,6 +37,7 @@ template <int BN> wgmma_fn wgmma_kernel(int stages)
 wgmma_fn find_wgmma_kernel(const pq2_matmul_config &cfg)
 {
     switch (cfg.tokens) {
+    case 32: return wgmma_kernel<32>(cfg.stages);
     case 64: return wgmma_kernel<64>(cfg.stages);
     case 96: return wgmma_kernel<96>(cfg.stages);
     case 128: return wgmma_kernel<128>(cfg.stages);
@@ -62,6 +63,7 @@ gemm_fn find_kernel(const pq2_matmul_config &cfg)
 size_t smem_bytes(const pq2_matmul_config &cfg)
 {
     if (is_sm90(cfg)) switch (cfg.tokens) {
+        case 32: return pq2_gemm::wg_smem_bytes<32>(cfg.stages);
         case 64: return pq2_gemm::wg_smem_bytes<64>(cfg.stages);
         case 96: return pq2_gemm::wg_smem_bytes<96>(cfg.stages);
         default: return pq2_gemm::wg_smem_bytes<128>(cfg.stages);
@@ -73,15 +75,28 @@ size_t smem_bytes(const pq2_matmul_config &cfg)
     }
 }
 
-// The configurations a family compiles: its token tiles and pipeline depths.
+// The configurations a family compiles: its token tiles (0 ends a shorter list) and pipeline
+// depths.
 struct gemm_space {
     int32_t family;
     const char *name;
-    int tokens[3];
+    int tokens[4];
+    const char *tokens_text;
     int min_stages, max_stages;
 };
-constexpr gemm_space kPortable = {PQ2_FAMILY_GEMM, "GEMM", {32, 64, 128}, 2, 4};
-constexpr gemm_space kSm90 = {PQ2_FAMILY_GEMM_SM90, "GEMM_SM90", {64, 96, 128}, 3, 6};
+constexpr gemm_space kPortable = {
+    PQ2_FAMILY_GEMM, "GEMM", {32, 64, 128, 0}, "32, 64 or 128", 2, 4,
+};
+constexpr gemm_space kSm90 = {
+    PQ2_FAMILY_GEMM_SM90, "GEMM_SM90", {32, 64, 96, 128}, "32, 64, 96 or 128", 3, 6,
+};
+
+bool has_tokens(const gemm_space &space, int tokens)
+{
+    for (int t : space.tokens)
+        if (t != 0 && t == tokens) return true;
+    return false;
+}
 
 const gemm_space &space_of(const pq2_matmul_config &cfg)
 {
@@ -116,7 +131,8 @@ pq2_status pq2_gemm_init_device(const char *fn, int cc, int max_smem_optin)
         pq2_matmul_config c = {};
         c.family = space->family;
         for (int tokens : space->tokens)
-            for (int stages = space->min_stages; stages <= space->max_stages; ++stages) {
+            for (int stages = space->min_stages; tokens != 0 && stages <= space->max_stages;
+                 ++stages) {
                 c.tokens = tokens, c.stages = stages;
                 if (smem_bytes(c) <= (size_t)max_smem_optin)
                     PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(
@@ -166,11 +182,9 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
                                  (long long)k);
     }
     const gemm_space &space = space_of(cfg);
-    if (cfg.tokens != space.tokens[0] && cfg.tokens != space.tokens[1] &&
-        cfg.tokens != space.tokens[2])
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
-                             "%s: %s config tokens=%d is not %d, %d or %d", fn, space.name,
-                             (int)cfg.tokens, space.tokens[0], space.tokens[1], space.tokens[2]);
+    if (!has_tokens(space, cfg.tokens))
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: %s config tokens=%d is not %s", fn,
+                             space.name, (int)cfg.tokens, space.tokens_text);
     if (cfg.stages < space.min_stages || cfg.stages > space.max_stages)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: %s config stages=%d is not in %d..%d",
                              fn, space.name, (int)cfg.stages, space.min_stages, space.max_stages);
