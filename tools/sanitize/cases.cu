@@ -166,7 +166,7 @@ int main()
     cuda_check("cc", cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
     if (major == 9) {
         matmul("gemm sm90 tuned", tiles512, 300, nullptr);
-        for (int32_t tokens : {64, 96, 128})
+        for (int32_t tokens : {32, 64, 96, 128})
             for (int32_t stages : {3, 6})
                 for (int32_t splits : {1, 2}) {
                     const pq2_matmul_config cfg = {
