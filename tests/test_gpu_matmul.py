@@ -707,15 +707,17 @@ def test_gemm_sm90_explicit_configs_bit_identical_to_portable():
 
 
 @needs_sm90
+@pytest.mark.parametrize("blocks", [0, 1], ids=["tile_grid", "streamk"])
 @pytest.mark.parametrize("tokens", [32, 64, 128])
 @pytest.mark.parametrize(
     "shape",
     [(1, 512), (17, 1024), (100, 5120), (1000, 512), (4111, 1536)],
     ids=["n1_k512", "n17_k1024", "n100_k5120", "n1000_k512", "n4111_k1536"],
 )
-def test_gemm_sm90_every_m(shape, tokens):
+def test_gemm_sm90_every_m(shape, tokens, blocks):
     """The sm_90a kernels at every boundary of m, rows and groups off the tile sizes, tile
-    heights 1 and 4, against the reference (the portable kernel's bits at tokens 32 and 64)."""
+    heights 1 and 4, on a tile grid and a stream-K grid, against the reference (the portable
+    kernel's bits at tokens 32 and 64 on a tile grid; the same bits on a second run)."""
     for rt in (1, 4):
         codes, scales, w = weights(shape, "random", "tiles", rt)
         for m in GEMM_M:
@@ -723,13 +725,43 @@ def test_gemm_sm90_every_m(shape, tokens):
                 continue
             x = activations(m, shape[1], "normal", torch.float32, m)
             xq = quantize_q8(x)
-            cfg = gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90)
+            cfg = gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90, blocks)
             y = w.matmul(x, out=torch.full((m, shape[0]), float("nan"), device="cuda"), cfg=cfg)
             torch.cuda.synchronize()
             what = f"m={m} rt={rt}"
             assert rel_rms(y, q8_reference(codes, scales, *xq)) <= Y_TOL[torch.float32], what
-            if tokens in (32, 64):
+            if blocks:
+                assert torch.equal(y, w.matmul(x, cfg=cfg)), what
+            elif tokens in (32, 64):
                 assert torch.equal(y, w.matmul(x, cfg=gemm_config(tokens, 4, 1))), what
+
+
+@needs_sm90
+def test_gemm_sm90_streamk_configs_and_determinism():
+    """Every compiled stream-K kernel (tokens x stages) at 1..4 blocks per SM, on problems whose
+    tiles are shared by many blocks (few groups per block) and by two (many): within the
+    reference's tolerance, the same bits on a second run on a poisoned workspace and through
+    the q8 entry point."""
+    for shape, m in (((1000, 5120), 100), ((4111, 1536), 700)):
+        codes, scales, w = weights(shape, "random", "tiles", 2)
+        x = activations(m, shape[1], "normal", torch.float32, 11)
+        xq = quantize_q8(x)
+        ref = q8_reference(codes, scales, *xq)
+        for tokens in (32, 64, 96, 128):
+            for stages in (3, 6):
+                for blocks in (1, 2, 4):
+                    cfg = gemm_config(tokens, stages, 0, FAMILY_GEMM_SM90, blocks)
+                    work = w.workspace(m, cfg)
+                    ys = []
+                    for _ in range(2):
+                        work.fill_(0xAB)
+                        y = torch.full((m, shape[0]), float("nan"), device="cuda")
+                        ys.append(w.matmul(x, out=y, workspace=work, cfg=cfg))
+                    yq = w.matmul_q8(xq, torch.full_like(ys[0], float("nan")), cfg=cfg)
+                    torch.cuda.synchronize()
+                    what = f"shape={shape} tokens={tokens} stages={stages} blocks={blocks}"
+                    assert rel_rms(ys[0], ref) <= Y_TOL[torch.float32], what
+                    assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], yq), what
 
 
 @needs_sm90
@@ -768,6 +800,9 @@ def test_gemm_sm90_bad_configs():
         (gemm_config(48, 4, 0, FAMILY_GEMM_SM90), "tokens=48"),
         (gemm_config(64, 2, 0, FAMILY_GEMM_SM90), "stages=2"),
         (gemm_config(64, 7, 0, FAMILY_GEMM_SM90), "stages=7"),
+        (gemm_config(64, 4, 2, FAMILY_GEMM_SM90, 1), "blocks=1 splits=2"),
+        (gemm_config(64, 4, 0, FAMILY_GEMM_SM90, 5), "blocks=5"),
+        (gemm_config(64, 4, 0, FAMILY_GEMM, 1), "blocks=1"),
     ):
         with pytest.raises(Pq2Error) as e:
             w.matmul(x, cfg=cfg)

@@ -173,6 +173,12 @@ int main()
                         PQ2_FAMILY_GEMM_SM90, 8, tokens, 8, 1, stages, 0, splits};
                     matmul("gemm sm90", tiles512, 130, &cfg);
                 }
+        // Stream-K grids: tiles shared by several blocks (160 rows x 130 tokens: few groups each).
+        for (int32_t tokens : {32, 64, 128})
+            for (int32_t blocks : {1, 2}) {
+                const pq2_matmul_config cfg = {PQ2_FAMILY_GEMM_SM90, 8, tokens, 8, 1, 4, blocks, 1};
+                matmul("gemm sm90 stream-K", tiles512, 130, &cfg);
+            }
     }
     // Quantiser alone, rotation, producers, lookup, dequantisation.
     const int64_t k = 384;

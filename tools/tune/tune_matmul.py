@@ -68,6 +68,10 @@ def search_space(layout, layout_rt, m, parts=SEARCH_CHOICES, warps=None, k=5120)
             for tokens, stages, splits in itertools.product((32, 64, 96, 128), (4, 6), (1, 2, 4)):
                 if k // 128 // splits >= 8:
                     yield (GEMM_SM90, 8, tokens, 8, 1, stages, 0, splits)
+            # stream-K grids: as many blocks per SM as its launch bounds let stay resident
+            for tokens, stages in itertools.product((32, 64, 96, 128), (4, 6)):
+                for blocks in (1, 2) if tokens == 32 else (1,):
+                    yield (GEMM_SM90, 8, tokens, 8, 1, stages, blocks, 1)
         return
     W = lambda default: tuple(warps) if warps else default  # noqa: E731
     if "rowblock" in parts and layout == "tiles":  # one block per row block, registers or ring
@@ -99,12 +103,14 @@ def search_space(layout, layout_rt, m, parts=SEARCH_CHOICES, warps=None, k=5120)
 
 def footprint(c):
     """Order among near-equal configurations: register kernels before the shared-memory ring
-    (stages >= 3), unsplit row blocks before split ones. A call that holds 100 KB of shared
+    (stages >= 3), unsplit row blocks and tile grids before split ones and stream-K grids (less
+    workspace). A call that holds 100 KB of shared
     memory per block keeps the next call's blocks from starting early in a chain of calls (one
     such table entry cost the M = 1 pass 0.26 ms while timing within 1% of the register kernel
     on its own)."""
     stages, splits = c[CONFIG_FIELDS.index("stages")], c[CONFIG_FIELDS.index("splits")]
-    return (stages >= 3, splits > 1)
+    streamk = c[0] == GEMM_SM90 and c[CONFIG_FIELDS.index("blocks")] > 0
+    return (stages >= 3, splits > 1 or streamk)
 
 
 def pick(cands):
@@ -143,7 +149,7 @@ def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
                         cf = dict(zip(CONFIG_FIELDS, c, strict=True))
                         if cf["family"] in (GEMM, GEMM_SM90):
                             config = gemm_config(
-                                cf["tokens"], cf["stages"], cf["splits"], cf["family"]
+                                cf["tokens"], cf["stages"], cf["splits"], cf["family"], cf["blocks"]
                             )
                         else:
                             del cf["family"], cf["tokens"]

@@ -54,7 +54,7 @@ workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_matmul_con
     const size_t counters =
         is_gemm(cfg) ? pq2_gemm_counters(cfg, v.n, m) : pq2_rowblock_counters(cfg, v.n);
     w.counters = off, off = align256(off + counters * sizeof(uint32_t));
-    const size_t partial = is_gemm(cfg) ? pq2_gemm_partial_floats(cfg, v.n, m)
+    const size_t partial = is_gemm(cfg) ? pq2_gemm_partial_floats(cfg, blocks)
                                         : pq2_rowblock_partial_floats(cfg, m, blocks);
     w.partial = off, off = align256(off + partial * sizeof(float));
     w.total = off;
@@ -90,7 +90,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
             fn, (long long)m, pq2_layout_name(v->layout), PQ2_ROWBLOCK_MAX_M);
     if (is_gemm(*cfg)) {
         PQ2_CHECK(pq2_gemm_check_config(fn, *cfg, v->layout, v->k, dev.cc, dev.max_smem));
-        *blocks = pq2_gemm_grid(*cfg, v->n, m);
+        *blocks = pq2_gemm_grid(*cfg, v->n, v->k, m, dev.sms);
         return PQ2_OK;
     }
     if (cfg->family != PQ2_FAMILY_ROWBLOCK)
@@ -172,7 +172,8 @@ pq2_status run_matmul(const char *fn, const matmul_call &c, int64_t m, const int
         p.partial = reinterpret_cast<float *>(c.ws + c.plan.partial);
         p.counters = c.counters;
         p.n = c.v.n, p.k = c.v.k, p.m = m, p.rt = c.v.rt, p.y_dtype = y_dtype, p.splits = 1;
-        return pq2_gemm_launch(fn, p, c.cfg, after_kernel, stream);
+        p.streamk = 0, p.tiles = 0, p.token_blocks = 0;  // pq2_gemm_launch sets them
+        return pq2_gemm_launch(fn, p, c.cfg, c.blocks, after_kernel, stream);
     }
     pq2_rowblock_problem p;
     p.codes = c.v.data;
@@ -225,7 +226,10 @@ extern "C" PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, in
         // sums are not 16-byte aligned): the workspace serves both.
         pq2_matmul_config portable;
         PQ2_CHECK(portable_fallback(fn, v, m, &portable));
-        const size_t other = plan_workspace(v, m, portable, pq2_gemm_grid(portable, v.n, m)).total;
+        pq2_device dev;
+        PQ2_CHECK(pq2_device_get(fn, &dev));
+        const int64_t grid = pq2_gemm_grid(portable, v.n, v.k, m, dev.sms);
+        const size_t other = plan_workspace(v, m, portable, grid).total;
         if (other > *bytes) *bytes = other;
     }
     return pq2_ok();

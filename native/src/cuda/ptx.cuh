@@ -19,6 +19,14 @@ __device__ __forceinline__ void pq2_pdl_handoff()
 #endif
 }
 
+// ---- barriers -------------------------------------------------------------------------------
+
+// Named barrier `id` (1..15; 0 is __syncthreads) over `threads` threads (a multiple of 32).
+__device__ __forceinline__ void named_barrier_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+
 // ---- loads ----------------------------------------------------------------------------------
 
 // 16 bytes read once: no L1 allocation.

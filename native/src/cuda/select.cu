@@ -90,7 +90,8 @@ pq2_matmul_config pq2_select_config(const pq2_view &v, int64_t m, int sms, int c
         return none;
     }
     pq2_matmul_config cfg = e->cfg;
-    if ((cfg.family == PQ2_FAMILY_GEMM || cfg.family == PQ2_FAMILY_GEMM_SM90) && cfg.splits == 0)
+    if ((cfg.family == PQ2_FAMILY_GEMM || cfg.family == PQ2_FAMILY_GEMM_SM90) && cfg.splits == 0 &&
+        cfg.blocks == 0)
         cfg.splits = pq2_gemm_auto_splits(cfg, v.n, v.k, m, sms);
     return cfg;
 }

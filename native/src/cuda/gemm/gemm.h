@@ -15,12 +15,16 @@ struct pq2_gemm_problem {
     const float *xs;          // [m][k/128]
     const int32_t *sums;      // [m][k/128]
     void *y;                  // [m][n], y_dtype
-    float *partial;           // splits > 1: [tile][split][128 x tokens] fp32
-    uint32_t *counters;       // splits > 1: one arrival counter per (row block, token block), zero
+    float *partial;           // splits > 1: [tile][split][128 x tokens] fp32; stream-K:
+                              // [block][2][128 x tokens] fp32
+    uint32_t *counters;       // splits > 1 or stream-K: one arrival counter per tile, zero
     int64_t n, k, m;
     int32_t rt;  // the file's tile height
     int32_t y_dtype;
     int32_t splits;
+    int32_t streamk;       // 1: a stream-K grid (config blocks > 0, sm_90a family)
+    int32_t tiles;         // row blocks x token blocks
+    int32_t token_blocks;  // token blocks (of `tokens` tokens)
 };
 
 // The kernels' shared-memory limits (the sm_90a kernels only on a compute capability 9.0 device).
@@ -54,10 +58,13 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
 int32_t pq2_gemm_auto_splits(const pq2_matmul_config &cfg, int64_t n, int64_t k, int64_t m,
                              int sms);
 
-// Blocks (row blocks x token blocks x splits) and the workspace beyond the Q8 operand.
-int64_t pq2_gemm_grid(const pq2_matmul_config &cfg, int64_t n, int64_t m);
+// Blocks of the grid (row blocks x token blocks x splits; stream-K: blocks x sms, at most one
+// per unit) and the workspace beyond the Q8 operand: arrival counters (one per tile) and partial
+// sums, for a grid of `grid` blocks.
+int64_t pq2_gemm_grid(const pq2_matmul_config &cfg, int64_t n, int64_t k, int64_t m, int sms);
 size_t pq2_gemm_counters(const pq2_matmul_config &cfg, int64_t n, int64_t m);
-size_t pq2_gemm_partial_floats(const pq2_matmul_config &cfg, int64_t n, int64_t m);
+size_t pq2_gemm_partial_floats(const pq2_matmul_config &cfg, int64_t grid);
 
+// Launches the grid of `grid` blocks (pq2_gemm_grid).
 pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_matmul_config &cfg,
-                           bool after_kernel, cudaStream_t stream);
+                           int64_t grid, bool after_kernel, cudaStream_t stream);

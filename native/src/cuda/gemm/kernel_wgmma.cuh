@@ -38,10 +38,11 @@ namespace pq2_gemm {
 
 constexpr int kWgThreads = kThreads + 32;  // two consumer warpgroups and the producer warp
 constexpr int kMaxStages = 6;
-// Token constants come in quads of 4 groups; a ring of 3 quads is never refilled before the
-// consumers are past it (a quad is refilled 12 groups on, and the producer is at most
-// kMaxStages groups ahead of the slowest consumer).
-constexpr int kQuad = 4, kQuads = 3;
+// Token constants come in quads of 4 groups, stored in a ring in the order the block meets them
+// (a quad per 4 groups, and one at the start of each segment below). The producer is at most
+// kMaxStages groups ahead of the slowest consumer, so at most kMaxStages + 1 quads are live: a
+// ring of kMaxStages + 2 is never refilled before the consumers are past a quad.
+constexpr int kQuad = 4, kQuads = kMaxStages + 2;
 
 // The TMA maps of one call (gemm/launch.cu makes them): the Q8 values and the weights' code
 // and scale regions.
@@ -134,10 +135,10 @@ template <int BN> struct wg_quad_values {
 };
 
 template <int BN>
-__device__ __forceinline__ void load_quad(const pq2_gemm_problem &p, int gq, int lane,
+__device__ __forceinline__ void load_quad(const pq2_gemm_problem &p, int tok0, int gq, int lane,
                                           wg_quad_values<BN> &v)
 {
-    const int groups = (int)(p.k >> 7), tok0 = (int)blockIdx.y * BN;
+    const int groups = (int)(p.k >> 7);
 #pragma unroll
     for (int i = 0; i < BN / 32; ++i) {
         const int tok = tok0 + lane + 32 * i;
@@ -164,71 +165,181 @@ __device__ __forceinline__ void store_quad(wg_quad<BN> &qd, int lane, const wg_q
     }
 }
 
-// The producer warp: every group of [g0, g1) into its stage once the consumers have emptied it,
-// and at each group that starts a quad (or the first), the quad's token constants.
-template <int BN, int STAGES>
+// One segment of a block's work: groups [g0, g1) of the tile (row block rb, token block tb);
+// `first` for the block's first segment.
+struct wg_segment {
+    int rb, tb, g0, g1;
+    bool first;
+};
+
+// The segments of a block, in order (next() fills the next one, false after the last).
+// A tile grid: one, the block's tile (blockIdx.x, .y) and its split blockIdx.z.
+struct wg_tile_segments {
+    wg_segment sg;
+    bool done;
+
+    __device__ explicit wg_tile_segments(const pq2_gemm_problem &p) : done(false)
+    {
+        const int groups = (int)(p.k >> 7), split = (int)blockIdx.z;
+        sg = {(int)blockIdx.x, (int)blockIdx.y, split * groups / p.splits,
+              (split + 1) * groups / p.splits, true};
+    }
+    __device__ bool next(const pq2_gemm_problem &, wg_segment &s)
+    {
+        if (done) return false;
+        s = sg, done = true;
+        return true;
+    }
+};
+
+// Stream-K: the grid's P blocks share the U = tiles x G units (unit t * G + g: group g of tile t
+// = row block t / TB, token block t % TB; U < 2^31, gemm/launch.cu) evenly, block c taking units
+// [c U / P, (c + 1) U / P); its segments are those units cut at tile boundaries.
+struct wg_streamk_segments {
+    int u, u1;
+    bool first;
+
+    __device__ explicit wg_streamk_segments(const pq2_gemm_problem &p) : first(true)
+    {
+        const int64_t units = (int64_t)p.tiles * (int)(p.k >> 7);
+        u = (int)sk_first_unit(blockIdx.x, units, gridDim.x);
+        u1 = (int)sk_first_unit(blockIdx.x + 1, units, gridDim.x);
+    }
+    __device__ bool next(const pq2_gemm_problem &p, wg_segment &s)
+    {
+        if (u >= u1) return false;
+        const int groups = (int)(p.k >> 7), t = u / groups;
+        s.g0 = u - t * groups;
+        s.g1 = min(groups, s.g0 + (u1 - u));
+        s.rb = t / p.token_blocks, s.tb = t - s.rb * p.token_blocks;
+        s.first = first;
+        first = false;
+        u += s.g1 - s.g0;
+        return true;
+    }
+};
+
+// The producer warp: every group of the block's segments into its stage once the consumers have
+// emptied it, and at each group that starts a quad (or a segment), the quad's token constants.
+template <int BN, int STAGES, class Segments>
 __device__ __forceinline__ void produce(const pq2_gemm_problem &p, const wg_maps *maps,
                                         wg_stage<BN> *stages, wg_quad<BN> *quads, uint64_t *full,
-                                        uint64_t *empty, int g0, int g1, int lane)
+                                        uint64_t *empty, Segments segs, int lane)
 {
-    const int tok0 = (int)blockIdx.y * BN;
-    const int first_tile = (int)((int64_t)blockIdx.x * kRows / (16 * p.rt));
     wg_quad_values<BN> v;
-    load_quad<BN>(p, g0 / kQuad * kQuad, lane, v);
-    for (int g = g0, i = 0; g < g1; ++g, ++i) {
-        const int s = i % STAGES, round = i / STAGES;
-        if (round > 0) mbar_wait(&empty[s], (uint32_t)(round - 1) & 1u);
-        wg_stage<BN> &st = stages[s];
-        if (lane == 0) {
-            mbar_expect_tx(&full[s],
-                           (uint32_t)(sizeof(st.q8) + sizeof(st.codes) + sizeof(st.wscales)));
-            tma_load_2d(&full[s], st.q8, &maps->q8, g * 128, tok0);
-            tma_load_4d(&full[s], st.codes, &maps->codes, 0, 0, g, first_tile);
-            tma_load_4d(&full[s], st.wscales, &maps->scales, 0, 0, g, first_tile);
+    wg_segment sg;
+    int i = 0, r = 0;  // the block's group and quad sequence numbers
+    while (segs.next(p, sg)) {
+        const int tok0 = sg.tb * BN;
+        const int first_tile = (int)((int64_t)sg.rb * kRows / (16 * p.rt));
+        load_quad<BN>(p, tok0, sg.g0 / kQuad * kQuad, lane, v);
+        for (int g = sg.g0; g < sg.g1; ++g, ++i) {
+            const int s = i % STAGES, round = i / STAGES;
+            if (round > 0) mbar_wait(&empty[s], (uint32_t)(round - 1) & 1u);
+            wg_stage<BN> &st = stages[s];
+            if (lane == 0) {
+                mbar_expect_tx(&full[s],
+                               (uint32_t)(sizeof(st.q8) + sizeof(st.codes) + sizeof(st.wscales)));
+                tma_load_2d(&full[s], st.q8, &maps->q8, g * 128, tok0);
+                tma_load_4d(&full[s], st.codes, &maps->codes, 0, 0, g, first_tile);
+                tma_load_4d(&full[s], st.wscales, &maps->scales, 0, 0, g, first_tile);
+            }
+            if (g % kQuad == 0 || g == sg.g0) {
+                const int gq = g / kQuad * kQuad;
+                store_quad<BN>(quads[r % kQuads], lane, v);
+                ++r;
+                if (gq + kQuad < sg.g1) load_quad<BN>(p, tok0, gq + kQuad, lane, v);
+            }
+            mbar_arrive(&full[s]);  // release: the constants stored above
         }
-        if (g % kQuad == 0 || g == g0) {
-            const int gq = g / kQuad * kQuad;
-            store_quad<BN>(quads[(g / kQuad) % kQuads], lane, v);
-            if (gq + kQuad < g1) load_quad<BN>(p, gq + kQuad, lane, v);
-        }
-        mbar_arrive(&full[s]);  // release: the constants stored above
     }
 }
 
-// A consumer warp (sub-tile `warp` of the block): every group of [g0, g1) into acc.
-template <int BN, int STAGES>
-__device__ __forceinline__ void consume(wg_stage<BN> *stages, const wg_quad<BN> *quads,
-                                        uint64_t *full, uint64_t *empty, int g0, int g1, int warp,
-                                        int lane, float (&acc)[BN / 2])
+// A consumer warp (sub-tile `warp` of the block): every group of each of the block's segments
+// into acc, which starts at zero for each segment; end(segment, acc) after each.
+template <int BN, int STAGES, class Segments, class End>
+__device__ __forceinline__ void
+consume(const pq2_gemm_problem &p, wg_stage<BN> *stages, const wg_quad<BN> *quads, uint64_t *full,
+        uint64_t *empty, Segments segs, int warp, int lane, float (&acc)[BN / 2], End end)
 {
     int d[BN / 2];
     uint32_t a[4][4];
-    for (int g = g0, i = 0; g < g1; ++g, ++i) {
-        const int s = i % STAGES;
-        mbar_wait(&full[s], (uint32_t)(i / STAGES) & 1u);
-        const wg_stage<BN> &st = stages[s];
-        load_a(st, warp, lane, a);
-        const uint64_t desc = wgmma_desc_sw128(smem_u32(st.q8));
-        wgmma_fence();
+    wg_segment sg;
+    int i = 0, r = 0;  // as in produce()
+    while (segs.next(p, sg)) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k) wgmma_u8s8<BN>(d, a[k], desc + 2 * k, k > 0);
-        wgmma_commit();
-        wgmma_wait<0>();
-        pin_all(d);
-        promote(st, quads[(g / kQuad) % kQuads], g % kQuad, warp, lane, d, acc);
-        __syncwarp();
-        if (lane == 0) mbar_arrive(&empty[s]);
+        for (int j = 0; j < BN / 2; ++j) acc[j] = 0.0f;
+        for (int g = sg.g0; g < sg.g1; ++g, ++i) {
+            const int s = i % STAGES;
+            if (g % kQuad == 0 || g == sg.g0) ++r;  // this group's quad is r - 1
+            mbar_wait(&full[s], (uint32_t)(i / STAGES) & 1u);
+            const wg_stage<BN> &st = stages[s];
+            load_a(st, warp, lane, a);
+            const uint64_t desc = wgmma_desc_sw128(smem_u32(st.q8));
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < 4; ++k) wgmma_u8s8<BN>(d, a[k], desc + 2 * k, k > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            pin_all(d);
+            promote(st, quads[(r - 1) % kQuads], g % kQuad, warp, lane, d, acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(&empty[s]);
+        }
+        end(sg, acc);
     }
 }
 
-// Blocks per SM: three at 32 tokens (72 registers), two at 64 (96), one above.
-constexpr int wg_blocks_per_sm(int bn)
+// The end of a stream-K segment, in the consumer threads only (the producer warp may be in the
+// next segment): a tile the block holds whole goes to y; a tile shared by blocks ca..cb (their
+// ranges meet inside it) goes as partials to the workspace (two slots per block: its first and
+// its last segment), and the last of them to arrive adds them in block order and stores the sum.
+template <int BN, class RowOf, class TokOf>
+__device__ __forceinline__ void streamk_end(const pq2_gemm_problem &p, const wg_segment &sg,
+                                            const float (&acc)[BN / 2], RowOf row_of, TokOf tok_of)
 {
-    return bn == 32 ? 3 : bn == 64 ? 2 : 1;
+    constexpr int kTile = kRows * BN;
+    __shared__ unsigned last;
+    const int groups = (int)(p.k >> 7);
+    const int64_t row0 = (int64_t)sg.rb * kRows, tok0 = (int64_t)sg.tb * BN;
+    if (sg.g0 == 0 && sg.g1 == groups) {  // the whole tile: no other block shares it
+        store_rows<BN / 2>(p, acc, row0, tok0, row_of, tok_of);
+        return;
+    }
+    float *mine = p.partial + ((int64_t)blockIdx.x * 2 + (sg.first ? 0 : 1)) * kTile;
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) mine[tok_of(i) * kRows + row_of(i)] = acc[i];
+    const int t = sg.rb * p.token_blocks + sg.tb;
+    const int64_t units = (int64_t)p.tiles * groups, blocks = gridDim.x;
+    const int ca = (int)sk_block_of((int64_t)t * groups, units, blocks);
+    const int cb = (int)sk_block_of((int64_t)t * groups + groups - 1, units, blocks);
+    __threadfence();  // this thread's partials are visible device-wide before the block counts
+    named_barrier_sync(1, kThreads);
+    if (threadIdx.x == 0) last = atomicAdd(p.counters + t, 1u) == (unsigned)(cb - ca);
+    named_barrier_sync(1, kThreads);
+    if (!last) return;
+    __threadfence();
+    sum_partials<BN>(
+        p, row0, tok0, cb - ca + 1,
+        [&](int j) {
+            const int64_t c = ca + j;
+            const bool first = sk_first_unit(c, units, blocks) / groups == t;
+            return p.partial + (c * 2 + (first ? 0 : 1)) * kTile;
+        },
+        (int)threadIdx.x, kThreads);
+    if (threadIdx.x == 0) p.counters[t] = 0;  // ready for the next call
 }
 
-template <int BN, int STAGES>
-__global__ void __launch_bounds__(kWgThreads, wg_blocks_per_sm(BN))
+// Blocks per SM (launch bounds): a tile grid three at 32 tokens (72 registers), two at 64 (96),
+// one above; a stream-K grid, whose segment loop holds more state, two at 32 and one above.
+constexpr int wg_blocks_per_sm(int bn, bool sk)
+{
+    return sk ? (bn == 32 ? 2 : 1) : (bn == 32 ? 3 : bn == 64 ? 2 : 1);
+}
+
+// SK: a stream-K grid (config blocks > 0), else a tile grid (row block, token block, split).
+template <int BN, int STAGES, bool SK>
+__global__ void __launch_bounds__(kWgThreads, wg_blocks_per_sm(BN, SK))
     wgmma_kernel(const pq2_gemm_problem p, const __grid_constant__ wg_maps maps)
 {
 #if PQ2_WGMMA
@@ -240,9 +351,6 @@ __global__ void __launch_bounds__(kWgThreads, wg_blocks_per_sm(BN))
         reinterpret_cast<wg_stage<BN> *>(smem_raw + (((raw + 1023) & ~1023u) - raw));
     wg_quad<BN> *quads = reinterpret_cast<wg_quad<BN> *>(stages + STAGES);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    // 32-bit group indices (k < 2^31, gemm.h): the loops' branches stay uniform.
-    const int groups = (int)(p.k >> 7), split = (int)blockIdx.z;
-    const int g0 = split * groups / p.splits, g1 = (split + 1) * groups / p.splits;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
             mbar_init_count(&full[s], 1 + 32);  // the producer's expect_tx + its lanes
@@ -255,17 +363,29 @@ __global__ void __launch_bounds__(kWgThreads, wg_blocks_per_sm(BN))
     pq2_pdl_handoff();
 
     float acc[BN / 2];
-#pragma unroll
-    for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-    const bool consumer = warp < kWarps;
-    if (consumer)
-        consume<BN, STAGES>(stages, quads, full, empty, g0, g1, warp, lane, acc);
-    else
-        produce<BN, STAGES>(p, &maps, stages, quads, full, empty, g0, g1, lane);
     const int gid = lane >> 2, tq = lane & 3;
-    store_tile<BN>(
-        p, acc, [&](int i) { return 16 * warp + gid + 8 * ((i & 3) >> 1); },
-        [&](int i) { return 8 * (i >> 2) + 2 * tq + (i & 1); }, consumer);
+    const auto row_of = [&](int i) { return 16 * warp + gid + 8 * ((i & 3) >> 1); };
+    const auto tok_of = [&](int i) { return 8 * (i >> 2) + 2 * tq + (i & 1); };
+    const bool consumer = warp < kWarps;
+    if constexpr (SK) {
+        const wg_streamk_segments segs(p);
+        if (consumer)
+            consume<BN, STAGES>(p, stages, quads, full, empty, segs, warp, lane, acc,
+                                [&](const wg_segment &sg, const float (&a)[BN / 2]) {
+                                    streamk_end<BN>(p, sg, a, row_of, tok_of);
+                                });
+        else
+            produce<BN, STAGES>(p, &maps, stages, quads, full, empty, segs, lane);
+    } else {
+        // One segment; every thread, the producer warp too, joins the epilogue.
+        const wg_tile_segments segs(p);
+        if (consumer)
+            consume<BN, STAGES>(p, stages, quads, full, empty, segs, warp, lane, acc,
+                                [](const wg_segment &, const float (&)[BN / 2]) {});
+        else
+            produce<BN, STAGES>(p, &maps, stages, quads, full, empty, segs, lane);
+        store_tile<BN>(p, acc, row_of, tok_of, consumer);
+    }
 #else
     (void)p, (void)maps;
     __trap();

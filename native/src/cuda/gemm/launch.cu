@@ -3,6 +3,8 @@
 // tensor maps, launch.
 #include <cudaTypedefs.h>
 
+#include <algorithm>
+
 #include "gemm/kernel_mma.cuh"
 #include "gemm/kernel_wgmma.cuh"
 #include "launch.cuh"
@@ -23,24 +25,30 @@ template <int BM> gemm_fn mma_kernel(int stages)
 
 using wgmma_fn = void (*)(const pq2_gemm_problem, const pq2_gemm::wg_maps);
 
-template <int BN> wgmma_fn wgmma_kernel(int stages)
+template <int BN, bool SK> wgmma_fn wgmma_kernel(int stages)
 {
     switch (stages) {
-    case 3: return pq2_gemm::wgmma_kernel<BN, 3>;
-    case 4: return pq2_gemm::wgmma_kernel<BN, 4>;
-    case 5: return pq2_gemm::wgmma_kernel<BN, 5>;
-    case 6: return pq2_gemm::wgmma_kernel<BN, 6>;
+    case 3: return pq2_gemm::wgmma_kernel<BN, 3, SK>;
+    case 4: return pq2_gemm::wgmma_kernel<BN, 4, SK>;
+    case 5: return pq2_gemm::wgmma_kernel<BN, 5, SK>;
+    case 6: return pq2_gemm::wgmma_kernel<BN, 6, SK>;
     default: return nullptr;
     }
 }
 
+template <int BN> wgmma_fn wgmma_kernel(int stages, bool streamk)
+{
+    return streamk ? wgmma_kernel<BN, true>(stages) : wgmma_kernel<BN, false>(stages);
+}
+
 wgmma_fn find_wgmma_kernel(const pq2_matmul_config &cfg)
 {
+    const bool sk = cfg.blocks > 0;
     switch (cfg.tokens) {
-    case 32: return wgmma_kernel<32>(cfg.stages);
-    case 64: return wgmma_kernel<64>(cfg.stages);
-    case 96: return wgmma_kernel<96>(cfg.stages);
-    case 128: return wgmma_kernel<128>(cfg.stages);
+    case 32: return wgmma_kernel<32>(cfg.stages, sk);
+    case 64: return wgmma_kernel<64>(cfg.stages, sk);
+    case 96: return wgmma_kernel<96>(cfg.stages, sk);
+    case 128: return wgmma_kernel<128>(cfg.stages, sk);
     default: return nullptr;
     }
 }
@@ -48,6 +56,12 @@ wgmma_fn find_wgmma_kernel(const pq2_matmul_config &cfg)
 bool is_sm90(const pq2_matmul_config &cfg)
 {
     return cfg.family == PQ2_FAMILY_GEMM_SM90;
+}
+
+// A stream-K grid (sm_90a family, blocks > 0): `blocks` blocks per SM share the tiles' groups.
+bool is_streamk(const pq2_matmul_config &cfg)
+{
+    return is_sm90(cfg) && cfg.blocks > 0;
 }
 
 gemm_fn find_kernel(const pq2_matmul_config &cfg)
@@ -132,13 +146,15 @@ pq2_status pq2_gemm_init_device(const char *fn, int cc, int max_smem_optin)
         c.family = space->family;
         for (int tokens : space->tokens)
             for (int stages = space->min_stages; tokens != 0 && stages <= space->max_stages;
-                 ++stages) {
-                c.tokens = tokens, c.stages = stages;
-                if (smem_bytes(c) <= (size_t)max_smem_optin)
-                    PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(
-                                         kernel_of(c), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         (int)smem_bytes(c)));
-            }
+                 ++stages)
+                for (int blocks = 0; blocks <= (space == &kSm90 ? 1 : 0); ++blocks) {
+                    c.tokens = tokens, c.stages = stages, c.blocks = blocks;
+                    if (smem_bytes(c) <= (size_t)max_smem_optin)
+                        PQ2_CUDA_TRY(
+                            fn, cudaFuncSetAttribute(kernel_of(c),
+                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                     (int)smem_bytes(c)));
+                }
     }
     return PQ2_OK;
 }
@@ -161,12 +177,16 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
             "%s: the GEMM family (m > %d) reads the tiles layout; repack the weights to tiles "
             "(pyq2 repack --layout tiles)",
             fn, PQ2_ROWBLOCK_MAX_M);
-    if (cfg.row_subtiles != 8 || cfg.warps != 8 || cfg.unroll != 1 || cfg.blocks != 0)
-        return pq2_set_error(
-            PQ2_ERR_INVALID_ARGUMENT,
-            "%s: GEMM config row_subtiles=%d warps=%d unroll=%d blocks=%d: the family takes "
-            "row_subtiles 8, warps 8, unroll 1, blocks 0",
-            fn, (int)cfg.row_subtiles, (int)cfg.warps, (int)cfg.unroll, (int)cfg.blocks);
+    if (cfg.row_subtiles != 8 || cfg.warps != 8 || cfg.unroll != 1)
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: GEMM config row_subtiles=%d warps=%d unroll=%d: the family takes "
+                             "row_subtiles 8, warps 8, unroll 1",
+                             fn, (int)cfg.row_subtiles, (int)cfg.warps, (int)cfg.unroll);
+    if (cfg.blocks != 0 && !(is_sm90(cfg) && cfg.blocks <= 4 && cfg.splits <= 1))
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: GEMM config blocks=%d splits=%d: blocks (a stream-K grid of "
+                             "1..4 blocks per SM) is 0 but in PQ2_FAMILY_GEMM_SM90 without splits",
+                             fn, (int)cfg.blocks, (int)cfg.splits);
     if (is_sm90(cfg)) {
         if (!pq2_gemm_sm90_runs(cc))
             return pq2_set_error(PQ2_ERR_UNSUPPORTED,
@@ -208,19 +228,24 @@ int32_t pq2_gemm_auto_splits(const pq2_matmul_config &cfg, int64_t n, int64_t k,
     return (int32_t)s;
 }
 
-int64_t pq2_gemm_grid(const pq2_matmul_config &cfg, int64_t n, int64_t m)
+int64_t pq2_gemm_grid(const pq2_matmul_config &cfg, int64_t n, int64_t k, int64_t m, int sms)
 {
-    return row_blocks(n) * token_blocks(cfg, m) * splits_of(cfg);
+    const int64_t tiles = row_blocks(n) * token_blocks(cfg, m);
+    if (is_streamk(cfg)) return std::min((int64_t)cfg.blocks * sms, tiles * (k / 128));
+    return tiles * splits_of(cfg);
 }
 
 size_t pq2_gemm_counters(const pq2_matmul_config &cfg, int64_t n, int64_t m)
 {
-    return splits_of(cfg) > 1 ? (size_t)(row_blocks(n) * token_blocks(cfg, m)) : 0;
+    return splits_of(cfg) > 1 || is_streamk(cfg) ? (size_t)(row_blocks(n) * token_blocks(cfg, m))
+                                                 : 0;
 }
 
-size_t pq2_gemm_partial_floats(const pq2_matmul_config &cfg, int64_t n, int64_t m)
+size_t pq2_gemm_partial_floats(const pq2_matmul_config &cfg, int64_t grid)
 {
-    return splits_of(cfg) > 1 ? (size_t)pq2_gemm_grid(cfg, n, m) * pq2_gemm::kRows * cfg.tokens : 0;
+    const size_t tile = (size_t)pq2_gemm::kRows * cfg.tokens;
+    if (is_streamk(cfg)) return (size_t)grid * 2 * tile;  // each block's first and last segment
+    return splits_of(cfg) > 1 ? (size_t)grid * tile : 0;
 }
 
 namespace {
@@ -296,16 +321,26 @@ pq2_status make_maps(const char *fn, const pq2_gemm_problem &p, int tokens, pq2_
 }  // namespace
 
 pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_matmul_config &cfg,
-                           bool after_kernel, cudaStream_t stream)
+                           int64_t blocks, bool after_kernel, cudaStream_t stream)
 {
     const int64_t rows = row_blocks(p.n), toks = token_blocks(cfg, p.m);
-    if (rows > INT32_MAX || toks > 65535)
+    if (rows * toks > INT32_MAX || toks > 65535)
         return pq2_set_error(PQ2_ERR_SHAPE,
                              "%s: n=%lld m=%lld: too many blocks for one grid (m <= %lld)", fn,
                              (long long)p.n, (long long)p.m, (long long)65535 * cfg.tokens);
-    const dim3 grid((unsigned)rows, (unsigned)toks, (unsigned)splits_of(cfg));
+    const bool streamk = is_streamk(cfg);
+    if (streamk && rows * toks * (p.k / 128) > INT32_MAX)
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: n=%lld k=%lld m=%lld: a stream-K grid (config blocks > 0) takes "
+                             "at most 2^31 - 1 tile groups; use blocks 0",
+                             fn, (long long)p.n, (long long)p.k, (long long)p.m);
+    const dim3 grid = streamk ? dim3((unsigned)blocks)
+                              : dim3((unsigned)rows, (unsigned)toks, (unsigned)splits_of(cfg));
     pq2_gemm_problem q = p;
     q.splits = splits_of(cfg);
+    q.streamk = streamk ? 1 : 0;
+    q.tiles = (int32_t)(rows * toks);
+    q.token_blocks = (int32_t)toks;
     if (is_sm90(cfg)) {
         pq2_gemm::wg_maps maps;
         PQ2_CHECK(make_maps(fn, q, cfg.tokens, &maps));

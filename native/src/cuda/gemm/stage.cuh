@@ -60,24 +60,58 @@ __device__ __forceinline__ float promote_one(int v, row_scale w, float dx, float
     return fmaf(fmaf(__int_as_float(v), w.w64, w.c), dx, acc);
 }
 
-// The block's N accumulators to y: element i is (row_of(i), tok_of(i)) of the block's tile.
-// Split groups: this block's partial sums go to the workspace; the last block of the tile to
-// arrive adds them in split order (deterministic whichever block is last) and stores them.
-// Every thread of the block calls it; those without accumulators (a producer warp) pass
-// has_acc false.
+// N accumulators of the tile at (row0, tok0) to y: element i is (row_of(i), tok_of(i)).
+template <int N, class RowOf, class TokOf>
+__device__ __forceinline__ void store_rows(const pq2_gemm_problem &p, const float (&acc)[N],
+                                           int64_t row0, int64_t tok0, RowOf row_of, TokOf tok_of)
+{
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        const int64_t row = row0 + row_of(i), tok = tok0 + tok_of(i);
+        if (row < p.n && tok < p.m)
+            pq2_store_from_f32(p.y, (size_t)(tok * p.n + row), p.y_dtype, acc[i]);
+    }
+}
+
+// The tile at (row0, tok0) as the sum of `count` partial tiles (slot(j): kRows x BM floats,
+// [token][row], written by other blocks: read past L1), added in slot order, to y. Thread t of
+// `threads` takes four outputs of one token per step (16-byte loads), four slots' loads in
+// flight: the sum waits on few L2 round trips.
+template <int BM, class Slot>
+__device__ __forceinline__ void sum_partials(const pq2_gemm_problem &p, int64_t row0, int64_t tok0,
+                                             int count, Slot slot, int t, int threads)
+{
+    constexpr int kTile = kRows * BM;
+    static_assert(kRows % 4 == 0, "four outputs of one token");
+    for (int e = t; e < kTile / 4; e += threads) {
+        const int64_t row = row0 + (4 * e) % kRows, tok = tok0 + (4 * e) / kRows;
+        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll 4
+        for (int j = 0; j < count; ++j) {
+            const float4 x = __ldcg(reinterpret_cast<const float4 *>(slot(j)) + e);
+            v.x += x.x, v.y += x.y, v.z += x.z, v.w += x.w;
+        }
+        if (tok >= p.m) continue;
+        const float out[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            if (row + i < p.n)
+                pq2_store_from_f32(p.y, (size_t)(tok * p.n + row + i), p.y_dtype, out[i]);
+    }
+}
+
+// The block's N accumulators to y: element i is (row_of(i), tok_of(i)) of the block's tile
+// (blockIdx.x, blockIdx.y). Split groups: this block's partial sums go to the workspace; the last
+// block of the tile to arrive adds them in split order (deterministic whichever block is last)
+// and stores them. Every thread of the block calls it; those without accumulators (a producer
+// warp) pass has_acc false.
 template <int BM, int N, class RowOf, class TokOf>
 __device__ __forceinline__ void store_tile(const pq2_gemm_problem &p, const float (&acc)[N],
                                            RowOf row_of, TokOf tok_of, bool has_acc = true)
 {
     const int64_t row0 = (int64_t)blockIdx.x * kRows, tok0 = (int64_t)blockIdx.y * BM;
     if (p.splits == 1) {
-        if (!has_acc) return;
-#pragma unroll
-        for (int i = 0; i < N; ++i) {
-            const int64_t row = row0 + row_of(i), tok = tok0 + tok_of(i);
-            if (row < p.n && tok < p.m)
-                pq2_store_from_f32(p.y, (size_t)(tok * p.n + row), p.y_dtype, acc[i]);
-        }
+        if (has_acc) store_rows<N>(p, acc, row0, tok0, row_of, tok_of);
         return;
     }
     const int64_t tile = (int64_t)blockIdx.x * gridDim.y + blockIdx.y;
@@ -87,27 +121,22 @@ __device__ __forceinline__ void store_tile(const pq2_gemm_problem &p, const floa
 #pragma unroll
         for (int i = 0; i < N; ++i) mine[tok_of(i) * kRows + row_of(i)] = acc[i];
     if (!pq2_last_to_arrive(p.counters + tile, p.splits)) return;
-    // Four outputs of one token per thread and step (16-byte loads), the splits' loads issued
-    // four at a time: the sum waits on few L2 round trips (one load per split and output, each
-    // waited for in turn, took 12-20 us at M = 32). The additions keep split order.
-    static_assert(kRows % 4 == 0, "four outputs of one token");
-    const float4 *all = reinterpret_cast<const float4 *>(p.partial + tile * p.splits * kTile);
-    for (int e = threadIdx.x; e < kTile / 4; e += blockDim.x) {
-        const int64_t row = row0 + (4 * e) % kRows, tok = tok0 + (4 * e) / kRows;
-        float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll 4
-        for (int s = 0; s < p.splits; ++s) {
-            const float4 t = __ldcg(all + s * (kTile / 4) + e);
-            v.x += t.x, v.y += t.y, v.z += t.z, v.w += t.w;
-        }
-        if (tok >= p.m) continue;
-        const float out[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-            if (row + j < p.n)
-                pq2_store_from_f32(p.y, (size_t)(tok * p.n + row + j), p.y_dtype, out[j]);
-    }
+    const float *all = p.partial + tile * p.splits * kTile;
+    sum_partials<BM>(
+        p, row0, tok0, p.splits, [&](int j) { return all + j * kTile; }, (int)threadIdx.x,
+        (int)blockDim.x);
     if (threadIdx.x == 0) p.counters[tile] = 0;  // ready for the next call
+}
+
+// Stream-K: the first of the units [0, units) that block c of `blocks` takes (c U / P), and the
+// block that takes unit u (the largest c whose first unit is at most u).
+__device__ __forceinline__ int64_t sk_first_unit(int64_t c, int64_t units, int64_t blocks)
+{
+    return c * units / blocks;
+}
+__device__ __forceinline__ int64_t sk_block_of(int64_t u, int64_t units, int64_t blocks)
+{
+    return ((u + 1) * blocks + units - 1) / units - 1;
 }
 
 }  // namespace pq2_gemm
