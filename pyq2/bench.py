@@ -24,7 +24,7 @@ from .collective import Collective
 from .gpu import _torch
 from .model import Model, load, synthetic
 from .step import DecodeStep
-from .timing import graph_ms, read_bandwidth_gbs
+from .timing import environment, graph_ms, read_bandwidth_gbs
 
 
 def measure(
@@ -114,6 +114,7 @@ def run(args) -> int:
         with open(args.json, "w") as f:
             json.dump(
                 {
+                    "env": environment(),
                     "model": model.source,
                     "gpu": torch.cuda.get_device_name(),
                     "read_bandwidth_gbs": read_gbs,

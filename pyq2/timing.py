@@ -1,10 +1,19 @@
-"""Timing on the GPU: the read bandwidth (the byte floor's denominator) and CUDA graph replays.
+"""Timing on the GPU: the read bandwidth (the byte floor's denominator), CUDA graph replays and
+the environment a result belongs to (GPU, driver, versions, commit).
 
-pyq2 bench and its tensor-parallel ranks (pyq2.parallel) time with these.
+pyq2 bench, its tensor-parallel ranks (pyq2.parallel) and the benchmarks in tools/bench time
+with these.
 """
 
 from __future__ import annotations
 
+import datetime
+import os
+import subprocess
+import sys
+from typing import Any
+
+from . import _native
 from .gpu import _torch
 
 READ_BYTES = 2 << 30
@@ -49,3 +58,53 @@ def graph_ms(fn, replays: int) -> float:
         times.append(start.elapsed_time(end) / replays)
     del g
     return sorted(times)[2]
+
+
+def source_commit() -> str:
+    """The commit results belong to: $PQ2_COMMIT, else the HEAD of the checkout pyq2 runs from
+    (with '+dirty' for uncommitted changes), else 'unknown' (an installed package or a copied
+    tree without .git: set PQ2_COMMIT)."""
+    if os.environ.get("PQ2_COMMIT"):
+        return os.environ["PQ2_COMMIT"]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(
+            ["git", "-C", root, "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        print(
+            "# warning: no PQ2_COMMIT and no git checkout: the results name commit 'unknown'",
+            file=sys.stderr,
+        )
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def environment() -> dict[str, Any]:
+    """What a result was measured on: date (UTC), GPU, driver, torch and CUDA versions, the
+    commit and the loaded libpq2."""
+    torch = _torch()
+    smi = subprocess.run(
+        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    ffi, lib = _native.load()
+    return {
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "gpu": torch.cuda.get_device_name(),
+        "nvidia_smi": smi,
+        "torch": torch.__version__,
+        "cuda": torch.version.cuda,
+        "commit": source_commit(),
+        "libpq2": ffi.string(lib.pq2_version_string()).decode(),
+    }

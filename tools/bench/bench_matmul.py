@@ -20,12 +20,10 @@ with CUDA (or PYQ2_LIBRARY pointing at a CUDA build of libpq2).
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 
 import torch
@@ -33,6 +31,7 @@ from shapes import SHAPES, pq2_bytes
 
 from pyq2 import _native, host
 from pyq2.gpu import PQ2Weights
+from pyq2.timing import environment
 
 TARGET_M1 = {
     "gate_up": 0.85,
@@ -212,34 +211,6 @@ def decode_pass(layout, rt, read_gbs, replays=20, warmup_ms=0.0):
     }
 
 
-def source_commit():
-    """The commit the results belong to: $PQ2_COMMIT, else the checkout's HEAD (with '+dirty'
-    for uncommitted changes), else 'unknown' (a copied tree without .git: set PQ2_COMMIT)."""
-    if os.environ.get("PQ2_COMMIT"):
-        return os.environ["PQ2_COMMIT"]
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    try:
-        head = subprocess.run(
-            ["git", "-C", root, "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        print(
-            "# warning: no PQ2_COMMIT and no git checkout: the results name commit 'unknown'",
-            file=sys.stderr,
-        )
-        return "unknown"
-    return head + ("+dirty" if dirty else "")
-
-
 def write_results(path, env, read_gbs, **results):
     """The JSON every benchmark writes: the environment, the read bandwidth of the same run,
     the warm-up, then its own results."""
@@ -247,24 +218,6 @@ def write_results(path, env, read_gbs, **results):
     with open(path, "w") as f:
         payload = {"env": env, "read_bandwidth_gbs": read_gbs, "warmup_ms": WARMUP_MS}
         json.dump({**payload, **results}, f, indent=1)
-
-
-def environment():
-    smi = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    ffi, lib = _native.load()
-    return {
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "gpu": torch.cuda.get_device_name(),
-        "nvidia_smi": smi,
-        "torch": torch.__version__,
-        "cuda": torch.version.cuda,
-        "commit": source_commit(),
-        "libpq2": ffi.string(lib.pq2_version_string()).decode(),
-    }
 
 
 def start_run():

@@ -323,9 +323,8 @@ def main(argv=None):
             )
         return 0
 
-    from bench_matmul import environment
-
     from pyq2 import _native
+    from pyq2.timing import environment
 
     ffi, lib = _native.load()
     _native.check(lib.pq2_cuda_init())
