@@ -19,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from . import _native, gguf_io, metadata, parallel
+from . import _native, gguf_io, metadata, output, parallel
 from .collective import Collective
 from .gpu import _torch
 from .model import Model, load, synthetic
@@ -111,21 +111,25 @@ def run(args) -> int:
         )
     print("weight path only: attention, the recurrence and the residual work are not included")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(
-                {
-                    "env": environment(),
-                    "model": model.source,
-                    "gpu": torch.cuda.get_device_name(),
-                    "read_bandwidth_gbs": read_gbs,
-                    "step_bytes_m1": model.step_bytes(1),
-                    "fused": not args.no_fuse,
-                    "rows": rows,
-                },
-                f,
-                indent=1,
-            )
+        _write_json(
+            args.json,
+            {
+                "env": environment(),
+                "model": model.source,
+                "gpu": torch.cuda.get_device_name(),
+                "read_bandwidth_gbs": read_gbs,
+                "step_bytes_m1": model.step_bytes(1),
+                "fused": not args.no_fuse,
+                "rows": rows,
+            },
+        )
     return 0
+
+
+def _write_json(path: str, result: dict[str, Any]) -> None:
+    """--json: the whole file or none (pyq2.output.atomic_output; an existing one is replaced)."""
+    with output.atomic_output(path, force=True) as staged, open(staged, "w") as f:
+        json.dump(result, f, indent=1)
 
 
 def _run_tp(args, tp: int, files: list[str]) -> int:
@@ -151,8 +155,7 @@ def _run_tp(args, tp: int, files: list[str]) -> int:
     parallel.print_rows(result)
     print("weight path only: attention, the recurrence and the residual work are not included")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+        _write_json(args.json, result)
     return 0
 
 

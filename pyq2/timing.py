@@ -93,11 +93,14 @@ def environment() -> dict[str, Any]:
     """What a result was measured on: date (UTC), GPU, driver, torch and CUDA versions, the
     commit and the loaded libpq2."""
     torch = _torch()
-    smi = subprocess.run(
-        ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+    except OSError:
+        smi = "nvidia-smi not found"
     ffi, lib = _native.load()
     return {
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),

@@ -648,11 +648,13 @@ def test_gemm_model_shapes(name):
         check_matmul(MODEL_SHAPES[name], m, dtype_for(m), "tiles", 2, seed=m)
 
 
-def check_explicit_configs(shape, family, tokens_list, stages_list, splits_list, same_as=None):
-    """Every configuration of a GEMM family over the lists, at m = 100 on a poisoned workspace,
-    twice: within the reference's tolerance and bit-identical; the q8 entry point gives the same
-    bits, and so does same_as(tokens, splits), a configuration to compare with (or None)."""
-    m = 100
+def check_explicit_configs(
+    shape, family, tokens_list, stages_list, splits_list, same_as=None, blocks=0, m=100
+):
+    """Every configuration of a GEMM family over the lists (with `blocks`), at m on a poisoned
+    workspace, twice: within the reference's tolerance and bit-identical; the q8 entry point
+    gives the same bits, and so does same_as(tokens, splits), a configuration to compare with
+    (or None)."""
     codes, scales, w = weights(shape, "random", "tiles", 2)
     x = activations(m, shape[1], "normal", torch.float32, 7)
     xq = quantize_q8(x)
@@ -660,7 +662,7 @@ def check_explicit_configs(shape, family, tokens_list, stages_list, splits_list,
     for tokens in tokens_list:
         for stages in stages_list:
             for splits in splits_list:
-                cfg = gemm_config(tokens, stages, splits, family)
+                cfg = gemm_config(tokens, stages, splits, family, blocks)
                 work = w.workspace(m, cfg)
                 ys = []
                 for _ in range(2):
@@ -737,31 +739,16 @@ def test_gemm_sm90_every_m(shape, tokens, blocks):
 
 
 @needs_sm90
-def test_gemm_sm90_streamk_configs_and_determinism():
-    """Every compiled stream-K kernel (tokens x stages) at 1..4 blocks per SM, on problems whose
-    tiles are shared by many blocks (few groups per block) and by two (many): within the
-    reference's tolerance, the same bits on a second run on a poisoned workspace and through
-    the q8 entry point."""
+@pytest.mark.parametrize("blocks", [1, 2, 4])
+def test_gemm_sm90_streamk_configs_and_determinism(blocks):
+    """Every compiled stream-K kernel (tokens x stages) at 1, 2 and 4 blocks per SM, on problems
+    whose tiles are shared by many blocks (few groups per block) and by two (many): within the
+    reference's tolerance, the same bits on a second run on a poisoned workspace and through the
+    q8 entry point."""
     for shape, m in (((1000, 5120), 100), ((4111, 1536), 700)):
-        codes, scales, w = weights(shape, "random", "tiles", 2)
-        x = activations(m, shape[1], "normal", torch.float32, 11)
-        xq = quantize_q8(x)
-        ref = q8_reference(codes, scales, *xq)
-        for tokens in (32, 64, 96, 128):
-            for stages in (3, 6):
-                for blocks in (1, 2, 4):
-                    cfg = gemm_config(tokens, stages, 0, FAMILY_GEMM_SM90, blocks)
-                    work = w.workspace(m, cfg)
-                    ys = []
-                    for _ in range(2):
-                        work.fill_(0xAB)
-                        y = torch.full((m, shape[0]), float("nan"), device="cuda")
-                        ys.append(w.matmul(x, out=y, workspace=work, cfg=cfg))
-                    yq = w.matmul_q8(xq, torch.full_like(ys[0], float("nan")), cfg=cfg)
-                    torch.cuda.synchronize()
-                    what = f"shape={shape} tokens={tokens} stages={stages} blocks={blocks}"
-                    assert rel_rms(ys[0], ref) <= Y_TOL[torch.float32], what
-                    assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], yq), what
+        check_explicit_configs(
+            shape, FAMILY_GEMM_SM90, (32, 64, 96, 128), (3, 6), (0,), blocks=blocks, m=m
+        )
 
 
 @needs_sm90

@@ -12,6 +12,8 @@ copies (tiles, planes) gives the same device bytes.
 """
 
 import gc
+import json
+import os
 
 import numpy as np
 import pytest
@@ -32,6 +34,7 @@ from .conftest import (  # noqa: E402
     assert_matches_unfolded,
     f64,
     graph_capture,
+    run_pyq2,
     stage_activation,
 )
 
@@ -138,3 +141,19 @@ def test_load_refuses_a_non_finite_scale_and_frees_what_it_uploaded(demo_gguf, t
     with pytest.raises(FormatError, match=r"'blk.0.ffn_gate.weight': row 2, block 1 has scale nan"):
         load(bad)
     assert torch.cuda.memory_allocated() == before
+
+
+def test_bench_json_records_rows_and_the_environment(tmp_path):
+    """pyq2 bench --json: one row per m and the environment the numbers belong to (the commit
+    from PQ2_COMMIT)."""
+    out = tmp_path / "bench.json"
+    env = dict(os.environ, PQ2_COMMIT="abc1234")
+    args = ("bench", "--synthetic", "tiny", "--ms", "1,2", "--replays", "2", "--json", out)
+    p = run_pyq2(*args, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    result = json.loads(out.read_text())
+    assert [r["m"] for r in result["rows"]] == [1, 2]
+    assert all(np.isfinite(r["ms"]) and r["ms"] > 0 for r in result["rows"])
+    assert result["env"]["commit"] == "abc1234"
+    assert result["env"]["gpu"] == torch.cuda.get_device_name()
+    assert result["env"]["libpq2"].startswith("0.")

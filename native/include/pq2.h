@@ -201,8 +201,9 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
  * the fields of PQ2_FAMILY_GEMM with tokens 32, 64, 96 or 128 and stages 3..6 (the depth of a TMA
  * pipeline fed by a producer warp), and blocks 0 (a block per tile) or 1..4 with splits 0 or 1:
  * a stream-K grid of that many blocks per multiprocessor sharing the tiles' 128-groups evenly, a
- * tile two blocks share added by the last of them in block order (deterministic; needs
- * workspace; tiles x k/128 below 2^31). Where it does not serve, the dispatcher passes its table
+ * tile several blocks share added by the last of them in block order (deterministic; needs
+ * workspace; tiles x k/128 below 2^31; one block per multiprocessor is resident at 64 tokens and
+ * up, two at 32, so more run in waves). Where it does not serve, the dispatcher passes its table
  * lines by, and a misaligned operand falls back to PQ2_FAMILY_GEMM (the dispatcher's workspace
  * size covers both); an explicit one is refused.
  * (*) TILES: any whatever the file's tile height rt (above rt "coarse rows": a block takes

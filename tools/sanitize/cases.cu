@@ -173,11 +173,13 @@ int main()
                         PQ2_FAMILY_GEMM_SM90, 8, tokens, 8, 1, stages, 0, splits};
                     matmul("gemm sm90", tiles512, 130, &cfg);
                 }
-        // Stream-K grids: tiles shared by several blocks (160 rows x 130 tokens: few groups each).
+        // Stream-K grids: 2000 rows x 300 tokens of 4 groups (at 32 tokens 640 units on 132 or
+        // 264 blocks): blocks of several segments, whole tiles and tiles shared by 2-4 blocks.
+        const pq2_weights wide512 = weights(2000, 512, PQ2_LAYOUT_TILES, 2);
         for (int32_t tokens : {32, 64, 128})
             for (int32_t blocks : {1, 2}) {
                 const pq2_matmul_config cfg = {PQ2_FAMILY_GEMM_SM90, 8, tokens, 8, 1, 4, blocks, 1};
-                matmul("gemm sm90 stream-K", tiles512, 130, &cfg);
+                matmul("gemm sm90 stream-K", wide512, 300, &cfg);
             }
     }
     // Quantiser alone, rotation, producers, lookup, dequantisation.

@@ -90,6 +90,7 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
             fn, (long long)m, pq2_layout_name(v->layout), PQ2_ROWBLOCK_MAX_M);
     if (is_gemm(*cfg)) {
         PQ2_CHECK(pq2_gemm_check_config(fn, *cfg, v->layout, v->k, dev.cc, dev.max_smem));
+        PQ2_CHECK(pq2_gemm_check_grid(fn, *cfg, v->n, v->k, m));
         *blocks = pq2_gemm_grid(*cfg, v->n, v->k, m, dev.sms);
         return PQ2_OK;
     }
@@ -172,7 +173,7 @@ pq2_status run_matmul(const char *fn, const matmul_call &c, int64_t m, const int
         p.partial = reinterpret_cast<float *>(c.ws + c.plan.partial);
         p.counters = c.counters;
         p.n = c.v.n, p.k = c.v.k, p.m = m, p.rt = c.v.rt, p.y_dtype = y_dtype, p.splits = 1;
-        p.streamk = 0, p.tiles = 0, p.token_blocks = 0;  // pq2_gemm_launch sets them
+        p.tiles = 0, p.token_blocks = 0;  // pq2_gemm_launch sets them
         return pq2_gemm_launch(fn, p, c.cfg, c.blocks, after_kernel, stream);
     }
     pq2_rowblock_problem p;

@@ -22,9 +22,8 @@ struct pq2_gemm_problem {
     int32_t rt;  // the file's tile height
     int32_t y_dtype;
     int32_t splits;
-    int32_t streamk;       // 1: a stream-K grid (config blocks > 0, sm_90a family)
-    int32_t tiles;         // row blocks x token blocks
-    int32_t token_blocks;  // token blocks (of `tokens` tokens)
+    int32_t tiles;         // stream-K: row blocks x token blocks
+    int32_t token_blocks;  // stream-K: token blocks (of `tokens` tokens)
 };
 
 // The kernels' shared-memory limits (the sm_90a kernels only on a compute capability 9.0 device).
@@ -52,6 +51,10 @@ inline bool pq2_gemm_sm90_serves(int cc, int64_t k)
 // PQ2_OK when cfg is a valid GEMM configuration for this layout that the device can run.
 pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, int32_t layout,
                                  int64_t k, int cc, int max_smem);
+// PQ2_OK when cfg's grid for this problem fits the launch and its 32-bit counts (checked before
+// any kernel of a call runs).
+pq2_status pq2_gemm_check_grid(const char *fn, const pq2_matmul_config &cfg, int64_t n, int64_t k,
+                               int64_t m);
 
 // The splits the dispatcher gives a GEMM fallback configuration (splits 0): enough blocks to
 // fill the device once, at most 16, each split keeping at least 8 groups.

@@ -319,13 +319,12 @@ __device__ __forceinline__ void streamk_end(const pq2_gemm_problem &p, const wg_
     named_barrier_sync(1, kThreads);
     if (!last) return;
     __threadfence();
+    // Block ca's segment of tile t is its first when its range starts in t; every later
+    // contributor's range starts inside t.
+    const int slot0 = sk_first_unit(ca, units, blocks) / groups == t ? 0 : 1;
     sum_partials<BN>(
         p, row0, tok0, cb - ca + 1,
-        [&](int j) {
-            const int64_t c = ca + j;
-            const bool first = sk_first_unit(c, units, blocks) / groups == t;
-            return p.partial + (c * 2 + (first ? 0 : 1)) * kTile;
-        },
+        [&](int j) { return p.partial + ((int64_t)(ca + j) * 2 + (j == 0 ? slot0 : 0)) * kTile; },
         (int)threadIdx.x, kThreads);
     if (threadIdx.x == 0) p.counters[t] = 0;  // ready for the next call
 }

@@ -182,7 +182,7 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
                              "%s: GEMM config row_subtiles=%d warps=%d unroll=%d: the family takes "
                              "row_subtiles 8, warps 8, unroll 1",
                              fn, (int)cfg.row_subtiles, (int)cfg.warps, (int)cfg.unroll);
-    if (cfg.blocks != 0 && !(is_sm90(cfg) && cfg.blocks <= 4 && cfg.splits <= 1))
+    if (cfg.blocks != 0 && !(is_sm90(cfg) && cfg.blocks > 0 && cfg.blocks <= 4 && cfg.splits <= 1))
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: GEMM config blocks=%d splits=%d: blocks (a stream-K grid of "
                              "1..4 blocks per SM) is 0 but in PQ2_FAMILY_GEMM_SM90 without splits",
@@ -217,6 +217,27 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
             "%s: GEMM config tokens=%d stages=%d needs %zu bytes of shared memory; the device "
             "allows %d",
             fn, (int)cfg.tokens, (int)cfg.stages, smem_bytes(cfg), max_smem);
+    return PQ2_OK;
+}
+
+pq2_status pq2_gemm_check_grid(const char *fn, const pq2_matmul_config &cfg, int64_t n, int64_t k,
+                               int64_t m)
+{
+    const int64_t rows = row_blocks(n), toks = token_blocks(cfg, m);
+    if (rows > INT32_MAX || toks > 65535)
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: n=%lld m=%lld: too many blocks for one grid (m <= %lld)", fn,
+                             (long long)n, (long long)m, (long long)65535 * cfg.tokens);
+    if ((splits_of(cfg) > 1 || is_streamk(cfg)) && rows * toks > INT32_MAX)
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: n=%lld m=%lld: more than 2^31 - 1 tiles to count for split or "
+                             "stream-K configurations; use splits 1 and blocks 0",
+                             fn, (long long)n, (long long)m);
+    if (is_streamk(cfg) && rows * toks * (k / 128) > INT32_MAX)
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: n=%lld k=%lld m=%lld: a stream-K grid (config blocks > 0) takes "
+                             "at most 2^31 - 1 tile groups; use blocks 0",
+                             fn, (long long)n, (long long)k, (long long)m);
     return PQ2_OK;
 }
 
@@ -323,24 +344,15 @@ pq2_status make_maps(const char *fn, const pq2_gemm_problem &p, int tokens, pq2_
 pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_matmul_config &cfg,
                            int64_t blocks, bool after_kernel, cudaStream_t stream)
 {
+    PQ2_CHECK(pq2_gemm_check_grid(fn, cfg, p.n, p.k, p.m));
     const int64_t rows = row_blocks(p.n), toks = token_blocks(cfg, p.m);
-    if (rows * toks > INT32_MAX || toks > 65535)
-        return pq2_set_error(PQ2_ERR_SHAPE,
-                             "%s: n=%lld m=%lld: too many blocks for one grid (m <= %lld)", fn,
-                             (long long)p.n, (long long)p.m, (long long)65535 * cfg.tokens);
     const bool streamk = is_streamk(cfg);
-    if (streamk && rows * toks * (p.k / 128) > INT32_MAX)
-        return pq2_set_error(PQ2_ERR_SHAPE,
-                             "%s: n=%lld k=%lld m=%lld: a stream-K grid (config blocks > 0) takes "
-                             "at most 2^31 - 1 tile groups; use blocks 0",
-                             fn, (long long)p.n, (long long)p.k, (long long)p.m);
     const dim3 grid = streamk ? dim3((unsigned)blocks)
                               : dim3((unsigned)rows, (unsigned)toks, (unsigned)splits_of(cfg));
     pq2_gemm_problem q = p;
     q.splits = splits_of(cfg);
-    q.streamk = streamk ? 1 : 0;
-    q.tiles = (int32_t)(rows * toks);
-    q.token_blocks = (int32_t)toks;
+    q.tiles = streamk ? (int32_t)(rows * toks) : 0;
+    q.token_blocks = streamk ? (int32_t)toks : 0;
     if (is_sm90(cfg)) {
         pq2_gemm::wg_maps maps;
         PQ2_CHECK(make_maps(fn, q, cfg.tokens, &maps));
