@@ -94,22 +94,15 @@ def _notice(line: str) -> None:
 
 
 def _cmd_repack(args) -> int:
-    from .metadata import TP_MAX
-    from .repack import repack
+    from .repack import option_error, repack
 
     if args.output == "":
         args.usage_error("-o/--output: the output path is empty")
     if args.rt is not None and args.layout != "tiles":
         args.usage_error(f"--rt applies to the tiles layout only, not --layout {args.layout}")
-    if args.fuse and args.layout == "raw":
-        args.usage_error(
-            "--fuse applies to the planes and tiles layouts, not --layout raw (which splits a "
-            "fused file back into its original tensors)"
-        )
-    if args.tp is not None and not 2 <= args.tp <= TP_MAX:
-        args.usage_error(f"--tp {args.tp}: a tensor-parallel set has 2 to {TP_MAX} shards")
-    if args.tp and args.layout == "raw":
-        args.usage_error("--tp writes shards in the planes or tiles layout, not --layout raw")
+    refused = option_error(args.layout, args.fuse, args.tp)
+    if refused:
+        args.usage_error(refused)
     bar = _Bar() if sys.stderr.isatty() else None
     try:
         summary = repack(

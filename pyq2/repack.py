@@ -243,6 +243,25 @@ def _check_file(in_path: str, out_path: str, force: bool, dry_run: bool) -> bool
     return output.check_output(out_path, force, dry_run)
 
 
+def option_error(layout: str, fuse: bool, tp: int | None) -> str | None:
+    """Why repack refuses this combination of options, or None: the rule repack() and the
+    command line (which answers with a usage error) share. tp None: no tensor-parallel set."""
+    if layout not in layouts.LAYOUT_NAMES:
+        return f"unknown layout {layout!r}: choose one of {', '.join(layouts.LAYOUT_NAMES)}"
+    if fuse and layout == "raw":
+        return (
+            "--fuse writes fused tensors in the planes or tiles layout, not --layout raw (which "
+            "splits a fused file back into its original tensors)"
+        )
+    if tp is not None and (
+        isinstance(tp, bool) or not isinstance(tp, int) or not 2 <= tp <= metadata.TP_MAX
+    ):
+        return f"--tp {tp!r}: a tensor-parallel set has 2 to {metadata.TP_MAX} shards"
+    if tp is not None and layout == "raw":
+        return "--tp writes shards in the planes or tiles layout, not --layout raw"
+    return None
+
+
 def repack(
     in_path,
     out_path=None,
@@ -268,19 +287,9 @@ def repack(
     `fuse` leaves separate.
     """
     t0 = time.perf_counter()
-    if layout not in layouts.LAYOUT_NAMES:
-        raise RepackError(
-            f"unknown layout {layout!r}: choose one of {', '.join(layouts.LAYOUT_NAMES)}"
-        )
-    if fuse and layout == "raw":
-        raise RepackError(
-            "--fuse writes fused tensors in the planes or tiles layout; the raw layout gives "
-            "back the original tensors (repack a fused file with --layout raw to split it)"
-        )
-    if tp and (isinstance(tp, bool) or not isinstance(tp, int) or not 2 <= tp <= metadata.TP_MAX):
-        raise RepackError(f"--tp {tp!r}: a tensor-parallel set has 2 to {metadata.TP_MAX} shards")
-    if tp and layout == "raw":
-        raise RepackError("--tp writes shards in the planes or tiles layout, not raw")
+    refused = option_error(layout, fuse, tp if tp else None)
+    if refused:
+        raise RepackError(refused)
     if layout == "tiles":
         try:
             layouts.check_rt(rt)

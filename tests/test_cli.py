@@ -310,7 +310,7 @@ def test_repack_fuse_raw_is_a_usage_error(tmp_path, capsys, demo):
     with pytest.raises(SystemExit) as e:
         main(["repack", str(demo), "--fuse", "--layout", "raw"])
     assert e.value.code == 2
-    assert "--fuse applies to the planes and tiles layouts, not --layout raw" in (
+    assert "--fuse writes fused tensors in the planes or tiles layout, not --layout raw" in (
         capsys.readouterr().err
     )
     assert listing(tmp_path) == ["demo.gguf"]

@@ -294,7 +294,7 @@ def test_tp_refusals_leave_nothing(tmp_path, demo_gguf):
         repack(demo_gguf, tmp_path / "a.gguf", tp=1)
     with pytest.raises(RepackError, match="2 to 1024 shards"):
         repack(demo_gguf, tmp_path / "a.gguf", tp=1025)
-    with pytest.raises(RepackError, match="not raw"):
+    with pytest.raises(RepackError, match="not --layout raw"):
         repack(demo_gguf, tmp_path / "a.gguf", layout="raw", tp=2)
     with pytest.raises(RepackError, match=r"does not split: .*4 GPUs"):
         repack(demo_gguf, tmp_path / "a.gguf", tp=4)
