@@ -67,19 +67,15 @@ def source_commit() -> str:
     if os.environ.get("PQ2_COMMIT"):
         return os.environ["PQ2_COMMIT"]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", root, *args], capture_output=True, text=True, check=True
+        ).stdout.strip()
+
     try:
-        head = subprocess.run(
-            ["git", "-C", root, "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "-C", root, "status", "--porcelain", "--untracked-files=no"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
     except (OSError, subprocess.CalledProcessError):
         print(
             "# warning: no PQ2_COMMIT and no git checkout: the results name commit 'unknown'",
