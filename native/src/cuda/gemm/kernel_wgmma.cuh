@@ -24,6 +24,13 @@
 // marks the stage empty. The two warpgroups run independently, so one's promotion overlaps the
 // other's wgmmas.
 //
+// Grids (template SK): a tile grid, one block per (row block, token block, split); or stream-K
+// (config blocks > 0): a fixed number of blocks per SM take equal shares of the tiles' groups,
+// each block's share cut into segments at tile boundaries and pipelined through the same stages;
+// a segment that covers a whole tile is stored, the others go as partials to the workspace and
+// the last of a tile's blocks adds them in block order (streamk_end). Stream-K keeps one block
+// per SM at 64 tokens and up (two at 32): its loop holds more state.
+//
 // Promotion (gemm/stage.cuh): the group's int32 product 64 * dot(code, q) plus the token's
 // kBias - 64 * sum(q) is the bits of 1.25 * 2^23 + 64 * dot(code - 1, q); two FFMAs add it to
 // the fp32 accumulator with both scales, exactly as kernel_mma.cuh does (the same bits for the
