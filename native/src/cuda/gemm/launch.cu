@@ -4,6 +4,7 @@
 #include <cudaTypedefs.h>
 
 #include <algorithm>
+#include <cstdio>
 
 #include "gemm/kernel_mma.cuh"
 #include "gemm/kernel_wgmma.cuh"
@@ -95,21 +96,30 @@ struct gemm_space {
     int32_t family;
     const char *name;
     int tokens[4];
-    const char *tokens_text;
     int min_stages, max_stages;
 };
-constexpr gemm_space kPortable = {
-    PQ2_FAMILY_GEMM, "GEMM", {32, 64, 128, 0}, "32, 64 or 128", 2, 4,
-};
-constexpr gemm_space kSm90 = {
-    PQ2_FAMILY_GEMM_SM90, "GEMM_SM90", {32, 64, 96, 128}, "32, 64, 96 or 128", 3, 6,
-};
+constexpr gemm_space kPortable = {PQ2_FAMILY_GEMM, "GEMM", {32, 64, 128, 0}, 2, 4};
+constexpr gemm_space kSm90 = {PQ2_FAMILY_GEMM_SM90, "GEMM_SM90", {32, 64, 96, 128}, 3, 6};
 
 bool has_tokens(const gemm_space &space, int tokens)
 {
     for (int t : space.tokens)
         if (t != 0 && t == tokens) return true;
     return false;
+}
+
+// The family's token tiles as text ("32, 64 or 128") into buf.
+const char *tokens_text(const gemm_space &space, char (&buf)[64])
+{
+    int n = 0, at = 0;
+    for (int t : space.tokens) n += t != 0;
+    for (int i = 0; i < n; ++i)
+        at += std::snprintf(buf + at, sizeof buf - at, "%s%d",
+                            i == 0       ? ""
+                            : i == n - 1 ? " or "
+                                         : ", ",
+                            space.tokens[i]);
+    return buf;
 }
 
 const gemm_space &space_of(const pq2_matmul_config &cfg)
@@ -202,9 +212,11 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
                                  (long long)k);
     }
     const gemm_space &space = space_of(cfg);
-    if (!has_tokens(space, cfg.tokens))
+    if (!has_tokens(space, cfg.tokens)) {
+        char text[64];
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: %s config tokens=%d is not %s", fn,
-                             space.name, (int)cfg.tokens, space.tokens_text);
+                             space.name, (int)cfg.tokens, tokens_text(space, text));
+    }
     if (cfg.stages < space.min_stages || cfg.stages > space.max_stages)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: %s config stages=%d is not in %d..%d",
                              fn, space.name, (int)cfg.stages, space.min_stages, space.max_stages);

@@ -143,11 +143,14 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
     }
 }
 
+// The RMSNorm's default load depth for blocks of up to MAXT threads (see DEPTH below).
+template <int MAXT> constexpr int kDefaultDepth = MAXT <= 256 ? 8 : 4;
+
 // MAXT: the threads of a block at most (E / 4): 256 up to E = 1024, else 1024. DEPTH: the
 // RMSNorm's loads of each of x and the residual in flight (256 threads: 8, a 5120-wide row in one
 // round trip, for grids that fit on the device at once; 2 for larger grids, where 8 would hold
-// 90-100 registers and let fewer blocks share a multiprocessor).
-template <int SOURCE, int XD, bool Q8, int MAXT, int DEPTH = (MAXT <= 256 ? 8 : 4)>
+// 90-100 registers and let fewer blocks share a multiprocessor; 1024 threads: 4).
+template <int SOURCE, int XD, bool Q8, int MAXT, int DEPTH = kDefaultDepth<MAXT>>
 __global__ void __launch_bounds__(MAXT)
     row_transform_kernel(const pq2_row_transform p, int32_t tiles, float rsqrt_b)
 {
@@ -184,7 +187,7 @@ __global__ void __launch_bounds__(MAXT)
 
 using transform_fn = void (*)(const pq2_row_transform, int32_t, float);
 
-template <int SOURCE, bool Q8, int MAXT, int DEPTH = (MAXT <= 256 ? 8 : 4)>
+template <int SOURCE, bool Q8, int MAXT, int DEPTH = kDefaultDepth<MAXT>>
 transform_fn kernel_for(int32_t x_dtype)
 {
     switch (x_dtype) {
