@@ -116,7 +116,6 @@ def run(args) -> int:
             {
                 "env": environment(),
                 "model": model.source,
-                "gpu": torch.cuda.get_device_name(),
                 "read_bandwidth_gbs": read_gbs,
                 "step_bytes_m1": model.step_bytes(1),
                 "fused": not args.no_fuse,
