@@ -6,6 +6,7 @@ pytest's importlib mode keeps tests/ and the source tree off sys.path.
 
 import errno
 import functools
+import gc
 import importlib.util
 import os
 import struct
@@ -62,6 +63,15 @@ def gpu_module():
     if not _native.load()[1].pq2_built_with_cuda():
         pytest.skip("libpq2 built without CUDA", allow_module_level=True)
     return torch
+
+
+def settled_allocated():
+    """The CUDA memory torch's allocator holds once earlier tests' garbage is collected, so that
+    only what the code under test keeps or frees changes it."""
+    torch = optional_torch()
+    gc.collect()
+    torch.cuda.synchronize()
+    return torch.cuda.memory_allocated()
 
 
 def graph_capture(step, static):

@@ -5,7 +5,7 @@ member still answers by its own name."""
 
 import pytest
 
-from .conftest import gpu_module
+from .conftest import gpu_module, settled_allocated
 
 torch = gpu_module()
 
@@ -51,8 +51,7 @@ def test_fused_step_runs_the_files_matrix_without_a_copy(files):
     demo, fused = files
     plain, model = load(demo), load(fused)
     assert len(model.fused) == 4
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
+    before = settled_allocated()
     step = DecodeStep(model, 1)
     after = torch.cuda.memory_allocated()
     plain_step = DecodeStep(plain, 1)
@@ -102,8 +101,7 @@ def test_load_refuses_bad_fused_metadata_before_keeping_gpu_memory(files, tmp_pa
     _, fused = files
     changes, message = BAD[case]
     bad = with_keys(fused, tmp_path / "bad.gguf", changes)
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
+    before = settled_allocated()
     torch.cuda.reset_peak_memory_stats()
     with pytest.raises(FormatError) as e:
         load(bad)

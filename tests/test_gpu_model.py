@@ -11,7 +11,6 @@ tolerances and the reference are tests/conftest.py's). Loading a raw file and it
 copies (tiles, planes) gives the same device bytes.
 """
 
-import gc
 import json
 import os
 
@@ -35,6 +34,7 @@ from .conftest import (  # noqa: E402
     f64,
     graph_capture,
     run_pyq2,
+    settled_allocated,
     stage_activation,
 )
 
@@ -91,9 +91,7 @@ def test_load_refuses_before_keeping_gpu_memory(demo_gguf, tmp_path):
     # an architecture pyq2 does not serve
     i = blob.find(b"qwen35")
     bad.write_bytes(blob[:i] + b"qwen99" + blob[i + 6 :])
-    gc.collect()
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
+    before = settled_allocated()
     with pytest.raises(FormatError, match="architecture 'qwen99' is not served"):
         load(bad)
     assert torch.cuda.memory_allocated() == before
@@ -135,9 +133,7 @@ def test_load_refuses_a_non_finite_scale_and_frees_what_it_uploaded(demo_gguf, t
     blob[at : at + 2] = np.float16(np.nan).tobytes()
     bad = tmp_path / "nan.gguf"
     bad.write_bytes(blob)
-    gc.collect()  # earlier tests' garbage, so that only what load keeps could change the count
-    torch.cuda.synchronize()
-    before = torch.cuda.memory_allocated()
+    before = settled_allocated()
     with pytest.raises(FormatError, match=r"'blk.0.ffn_gate.weight': row 2, block 1 has scale nan"):
         load(bad)
     assert torch.cuda.memory_allocated() == before
