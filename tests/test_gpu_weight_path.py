@@ -132,9 +132,10 @@ def test_rotate_matches_the_explicit_sylvester_matrix():
 # ---- producers -----------------------------------------------------------------------------
 
 
-# m = 100 at widths 5120 and 17408: grids of 500 blocks and more of 256 threads, past what the
-# device holds at once (rotate.cu then keeps 2 RMSNorm loads in flight, not 8)
-@pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 33, 100])
+# m = 100 and 300: grids of 500 blocks and more of 256 threads at widths 5120 and 17408, past what
+# the device holds at once (rotate.cu then keeps 2 RMSNorm loads in flight, not 8); at m = 300
+# the rows of 5120 and 768 take a block per row
+@pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 33, 100, 300])
 @pytest.mark.parametrize("block,width", [(1024, 5120), (128, 768), (4096, 4096), (1024, 17408)])
 def test_norm_rotate_q8_is_q8_of_the_rotated_normed_values(m, block, width):
     """The producer's Q8 (kernel operand included) is numpy's Q8 of rotate(normed) where normed
@@ -178,7 +179,7 @@ def test_norm_without_residual_or_rotation(dtype):
     assert rel_rms(f64(normed), reference.rmsnorm(f64(x), f64(w), 1e-5)) <= 1e-6
 
 
-@pytest.mark.parametrize("m", [1, 4, 16, 40])
+@pytest.mark.parametrize("m", [1, 4, 16, 40, 300])
 def test_swiglu_rotate_q8(m):
     """gate and up as the two halves of a fused gate_up output (row stride 2 * width)."""
     width, block = 17408, 1024
@@ -195,7 +196,7 @@ def test_swiglu_rotate_q8(m):
     assert np.allclose(out.scales.cpu().numpy(), xs, rtol=1e-5)
 
 
-@pytest.mark.parametrize("m", [1, 3, 16])
+@pytest.mark.parametrize("m", [1, 3, 16, 800])
 def test_rotate_q8_with_the_gdn_permutation(m):
     """Permuted exactly (numpy does the permutation, the GPU rotates: the same Q8 bits)."""
     width, block, nv, nk = 6144, 1024, 48, 16
@@ -208,6 +209,35 @@ def test_rotate_q8_with_the_gdn_permutation(m):
     plain = rotate_q8(x, None, out=poisoned(m, width))  # no permutation, no rotation
     q = quantize_q8(x)
     assert torch.equal(plain.q8, q.q8) and torch.equal(plain.scales, q.scales)
+
+
+def norm_producer(x, res, w):
+    """The RMSNorm producer on rows x: (its Q8 operand, h, the normed values), NaN-poisoned."""
+    m, width = x.shape
+    h, normed = (torch.full_like(x, float("nan")) for _ in range(2))
+    rot = device_rotation(1024, signs_of(width, "norm"))
+    out = norm_rotate_q8(
+        x, w, 1e-6, rot, residual=res, h_out=h, normed=normed, out=poisoned(m, width)
+    )
+    return out, h, normed
+
+
+def test_norm_by_rows_gives_the_tile_kernels_bits():
+    """300 rows of width 5120 (rotate.cu: a block per row, at least two rows per SM) equal the
+    same rows as a grid of 17 (a block per tile), bit for bit: the Q8 operand, h and normed."""
+    m, width = 300, 5120
+    r = rng("norm-rows")
+    x, res = (torch.from_numpy(r.standard_normal((m, width))).float().cuda() for _ in range(2))
+    w = torch.from_numpy(1 + 0.1 * r.standard_normal(width)).float().cuda()
+    big = norm_producer(x, res, w)
+    for part in (slice(0, 17), slice(m - 17, m)):
+        small = norm_producer(x[part].contiguous(), res[part].contiguous(), w)
+        q, want_q = big[0], small[0]
+        assert torch.equal(q.q8[part], want_q.q8)
+        assert torch.equal(q.scales[part].view(torch.int32), want_q.scales.view(torch.int32))
+        assert torch.equal(q.sums[part], want_q.sums)
+        for got, want in zip(big[1:], small[1:], strict=True):
+            assert torch.equal(got[part], want)
 
 
 # ---- rows and dequantisation ----------------------------------------------------------------

@@ -216,14 +216,17 @@ int main()
         check("norm_rotate_q8 B 1024",
               pq2_norm_rotate_q8_cuda(x, up, y, PQ2_DTYPE_F32, up, PQ2_DTYPE_F32, 1e-6f, m, width,
                                       &big, &o.op, nullptr, PQ2_DTYPE_F32, nullptr));
-        {  // a grid larger than the device holds at once: the RMSNorm pass 2 loads deep
-            const int64_t rows = 1024;  // 1024 blocks of one 1024-element tile
-            q8_operand big_o = make_q8(rows, 1024, true);
-            void *bx = device_floats((size_t)(rows * 1024)),
-                 *bh = device_bytes((size_t)(rows * 1024) * 4, false);
-            check("norm_rotate_q8 many blocks",
-                  pq2_norm_rotate_q8_cuda(bx, bx, bh, PQ2_DTYPE_F32, up, PQ2_DTYPE_F32, 1e-6f, rows,
-                                          1024, &big, &big_o.op, nullptr, PQ2_DTYPE_F32, nullptr));
+        {  // grids larger than the device holds at once (300 rows): the RMSNorm a block per row
+           // (5 tiles), and a block per tile with the pass 2 loads deep (rows of 9 tiles)
+            const int64_t rows = 300, wide = 9216;
+            q8_operand big_o = make_q8(rows, wide, true);
+            void *bx = device_floats((size_t)(rows * wide)),
+                 *bh = device_bytes((size_t)(rows * wide) * 4, false);
+            for (int64_t w : {5120, 9216})
+                check("norm_rotate_q8 many blocks",
+                      pq2_norm_rotate_q8_cuda(bx, bx, bh, PQ2_DTYPE_F32, bx, PQ2_DTYPE_F32, 1e-6f,
+                                              rows, w, &big, &big_o.op, nullptr, PQ2_DTYPE_F32,
+                                              nullptr));
             for (void *p : {bx, bh}) cudaFree(p);
             free_q8(big_o);
         }

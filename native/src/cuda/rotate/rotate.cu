@@ -1,7 +1,8 @@
 // rotate.cu - the row transform kernel (rotate.h): one block per (row, tile of E elements), four
 // elements per thread, so that warp w of a block holds 128-group w of its tile and ends, for a
 // Q8 sink, exactly as the quantiser does (q8_group.cuh): the Q8 of the rotated values is
-// bit-identical to pq2_quantize_q8_cuda of the same values.
+// bit-identical to pq2_quantize_q8_cuda of the same values. The RMSNorm producer of many rows
+// runs one block per row instead (norm_row_kernel), with the same bits.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -143,6 +144,36 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
     }
 }
 
+// The rotation's signs of elements e..e+3 (all +1 without signs).
+__device__ __forceinline__ char4 load_signs(const pq2_row_transform &p, int64_t e)
+{
+    return p.signs ? *reinterpret_cast<const char4 *>(p.signs + e) : make_char4(1, 1, 1, 1);
+}
+
+// The end of a tile, after its source: the signs, the block Hadamard transform (smem: E floats,
+// still being read on return), the sink (the Q8 operand, or y). row_transform_kernel writes the
+// same steps out: calling this from it changes its SASS, which measured 1-2% slower at m >= 512
+// (tools/bench/NOTES.md, 2026-12-02).
+template <bool Q8>
+__device__ __forceinline__ void finish(const pq2_row_transform &p, float (&v)[4], char4 s,
+                                       int64_t row, int64_t e, float *smem, float rsqrt_b)
+{
+    if (p.signs && !p.inverse) v[0] *= s.x, v[1] *= s.y, v[2] *= s.z, v[3] *= s.w;
+    if (p.log2b > 0) {
+        hadamard_block(v, p.log2b, smem);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] *= rsqrt_b;
+    }
+    if (p.signs && p.inverse) v[0] *= s.x, v[1] *= s.y, v[2] *= s.z, v[3] *= s.w;
+    if constexpr (Q8) {
+        const int64_t g = e >> 7, task = row * (p.width >> 7) + g;
+        q8_store_group(v, threadIdx.x & 31, row, g, task, p.m, p.width, p.q8, p.scales, p.sums,
+                       p.bits, p.records);
+    } else {
+        store4(p.y, p.y_dtype, row * p.width + e, v);
+    }
+}
+
 // The RMSNorm's default load depth for blocks of up to MAXT threads (see DEPTH below).
 template <int MAXT> constexpr int kDefaultDepth = MAXT <= 256 ? 8 : 4;
 
@@ -169,6 +200,7 @@ __global__ void __launch_bounds__(MAXT)
         p.signs ? *reinterpret_cast<const char4 *>(p.signs + e) : make_char4(1, 1, 1, 1);
     float v[4];
     load_source<SOURCE, XD, DEPTH>(p, row, e, v, red);
+    // finish(), written out (see there)
     if (p.signs && !p.inverse) v[0] *= s.x, v[1] *= s.y, v[2] *= s.z, v[3] *= s.w;
     if (p.log2b > 0) {
         hadamard_block(v, p.log2b, smem);
@@ -183,6 +215,70 @@ __global__ void __launch_bounds__(MAXT)
     } else {
         store4(p.y, p.y_dtype, row * p.width + e, v);
     }
+}
+
+// The RMSNorm producer a block per row (grids of at least two rows per multiprocessor, rows of at
+// most kRowTiles tiles): the row is read once, not once per tile, and its tiles take turns in
+// two halves of smem (2E floats), a tile's Hadamard writing the half the tile before it did not
+// read. The same bits as row_transform_kernel: the same per-thread elements, sums and order.
+constexpr int kRowTiles = 8;
+
+// A whole row's RMSNorm producer: every tile's x, residual, weight and signs in flight at once
+// (clamped indices, no predicates, as load_source's pass), one row sum, then the tiles in turn.
+template <int XD>
+__device__ __forceinline__ void norm_row(const pq2_row_transform &p, int64_t row, int tiles,
+                                         float *smem, float *red, float rsqrt_b)
+{
+    const int64_t E = 4 * (int64_t)blockDim.x, first = 4 * (int64_t)threadIdx.x;
+    float h[kRowTiles][4], w[kRowTiles][4];
+    char4 s[kRowTiles];
+#pragma unroll
+    for (int u = 0; u < kRowTiles; ++u) {
+        const int64_t i = min(first + u * E, p.width - 4);
+        s[u] = load_signs(p, i);
+        load4_any(elem(p.norm_weight, p.norm_dtype, i), p.norm_dtype, w[u]);
+        pq2_load4<XD>(elem(p.x, XD, row * p.ld + i), h[u]);
+    }
+    if (p.residual) {
+        float r[kRowTiles][4];
+#pragma unroll
+        for (int u = 0; u < kRowTiles; ++u)
+            pq2_load4<XD>(elem(p.residual, XD, row * p.width + min(first + u * E, p.width - 4)),
+                          r[u]);
+#pragma unroll
+        for (int u = 0; u < kRowTiles; ++u)
+#pragma unroll
+            for (int j = 0; j < 4; ++j) h[u][j] += r[u][j];
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kRowTiles; ++u) {
+        if (u >= tiles) break;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) ss = fmaf(h[u][j], h[u][j], ss);
+    }
+    const float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)p.width + p.eps);
+#pragma unroll
+    for (int u = 0; u < kRowTiles; ++u) {
+        if (u >= tiles) break;
+        const int64_t e = first + u * E;
+        float v[4] = {h[u][0], h[u][1], h[u][2], h[u][3]};
+        if (p.h_out) store4(p.h_out, XD, row * p.width + e, v);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = v[j] * scale * w[u][j];
+        if (p.normed) store4(p.normed, p.normed_dtype, row * p.width + e, v);
+        finish<true>(p, v, s[u], row, e, smem + (u & 1) * E, rsqrt_b);
+    }
+}
+
+template <int XD>
+__global__ void __launch_bounds__(256)
+    norm_row_kernel(const pq2_row_transform p, int32_t tiles, float rsqrt_b)
+{
+    extern __shared__ __align__(16) float smem[];  // 2E floats
+    __shared__ float red[256 / 32];
+    pq2_pdl_handoff();
+    norm_row<XD>(p, blockIdx.x, tiles, smem, red, rsqrt_b);
 }
 
 using transform_fn = void (*)(const pq2_row_transform, int32_t, float);
@@ -218,6 +314,24 @@ template <int MAXT> transform_fn find_kernel(int32_t source, bool q8, int32_t x_
     return nullptr;
 }
 
+transform_fn norm_row_kernel_for(int32_t x_dtype)
+{
+    switch (x_dtype) {
+    case PQ2_DTYPE_F16: return norm_row_kernel<PQ2_DTYPE_F16>;
+    case PQ2_DTYPE_BF16: return norm_row_kernel<PQ2_DTYPE_BF16>;
+    default: return norm_row_kernel<PQ2_DTYPE_F32>;
+    }
+}
+
+// Whether the RMSNorm producer runs a block per row (norm_row_kernel): 256-thread tiles, at most
+// kRowTiles of them, and at least two rows per multiprocessor (its 128 registers a thread let
+// two blocks share one; with fewer rows a block per tile fills the device better).
+bool norm_by_rows(const pq2_row_transform &t, int64_t e, int64_t tiles, int sms)
+{
+    return t.source == PQ2_SOURCE_NORM && t.y == nullptr && e <= 1024 && tiles <= kRowTiles &&
+           t.m >= 2 * (int64_t)sms;
+}
+
 }  // namespace
 
 int64_t pq2_row_tile(int64_t width, int32_t log2b)
@@ -236,16 +350,22 @@ pq2_status pq2_row_transform_launch(const char *fn, const pq2_row_transform &t, 
     // blocks of the 8-deep RMSNorm kernel (up to 100 registers a thread) a multiprocessor holds
     const int64_t per_sm = std::min<int64_t>(32, std::max<int64_t>(1, 65536 / (100 * (e / 4))));
     const bool large = t.m * tiles > per_sm * sms;
+    if (t.m * tiles > INT32_MAX)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld width=%lld: too many blocks for one grid",
+                             fn, (long long)t.m, (long long)t.width);
+    const float rsqrt_b = (float)(1.0 / sqrt((double)((int64_t)1 << t.log2b)));
+    if (norm_by_rows(t, e, tiles, sms)) {
+        pq2_launch l((unsigned)t.m, (unsigned)(e / 4), 2 * (size_t)e * sizeof(float), stream, pdl);
+        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, norm_row_kernel_for(t.x_dtype), t,
+                                            (int32_t)tiles, rsqrt_b));
+        return pq2_launch_status(fn);
+    }
     const transform_fn kernel = e <= 1024
                                     ? find_kernel<256>(t.source, q8, t.x_dtype, large)
                                     : find_kernel<kMaxThreads>(t.source, q8, t.x_dtype, large);
     if (!kernel)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: no row transform for source %d", fn,
                              (int)t.source);
-    if (t.m * tiles > INT32_MAX)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: m=%lld width=%lld: too many blocks for one grid",
-                             fn, (long long)t.m, (long long)t.width);
-    const float rsqrt_b = (float)(1.0 / sqrt((double)((int64_t)1 << t.log2b)));
     pq2_launch l((unsigned)(t.m * tiles), (unsigned)(e / 4), (size_t)e * sizeof(float), stream,
                  pdl);
     PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, kernel, t, (int32_t)tiles, rsqrt_b));
