@@ -134,7 +134,7 @@ def test_rotate_matches_the_explicit_sylvester_matrix():
 
 # m = 100 and 300: grids of 500 blocks and more of 256 threads at widths 5120 and 17408, past what
 # the device holds at once (rotate.cu then keeps 2 RMSNorm loads in flight, not 8); at m = 300
-# the rows of 5120 and 768 take a block per row
+# the rows of 5120 take a block per row on a device of at most 150 SMs
 @pytest.mark.parametrize("m", [1, 2, 5, 9, 16, 33, 100, 300])
 @pytest.mark.parametrize("block,width", [(1024, 5120), (128, 768), (4096, 4096), (1024, 17408)])
 def test_norm_rotate_q8_is_q8_of_the_rotated_normed_values(m, block, width):
@@ -211,32 +211,53 @@ def test_rotate_q8_with_the_gdn_permutation(m):
     assert torch.equal(plain.q8, q.q8) and torch.equal(plain.scales, q.scales)
 
 
-def norm_producer(x, res, w):
-    """The RMSNorm producer on rows x: (its Q8 operand, h, the normed values), NaN-poisoned."""
-    m, width = x.shape
-    h, normed = (torch.full_like(x, float("nan")) for _ in range(2))
-    rot = device_rotation(1024, signs_of(width, "norm"))
-    out = norm_rotate_q8(
-        x, w, 1e-6, rot, residual=res, h_out=h, normed=normed, out=poisoned(m, width)
-    )
-    return out, h, normed
+# The RMSNorm a block per row (rotate.cu norm_by_rows: rows of 2 to 8 tiles of 1024, at least two
+# rows per SM) against the same rows as a grid of 17 (a block per tile): input dtypes, with and
+# without the residual and the dense outputs, each cross-warp Hadamard (B 256, 512, 1024) and none.
+NORM_ROWS = [
+    (torch.float32, 5120, 1024, True, True),
+    (torch.bfloat16, 5120, 256, True, False),
+    (torch.float16, 8192, 512, False, True),
+    (torch.float32, 2048, None, True, True),
+]
 
 
-def test_norm_by_rows_gives_the_tile_kernels_bits():
-    """300 rows of width 5120 (rotate.cu: a block per row, at least two rows per SM) equal the
-    same rows as a grid of 17 (a block per tile), bit for bit: the Q8 operand, h and normed."""
-    m, width = 300, 5120
-    r = rng("norm-rows")
-    x, res = (torch.from_numpy(r.standard_normal((m, width))).float().cuda() for _ in range(2))
-    w = torch.from_numpy(1 + 0.1 * r.standard_normal(width)).float().cuda()
-    big = norm_producer(x, res, w)
+@pytest.mark.parametrize(
+    "dtype,width,block,residual,outputs", NORM_ROWS, ids=lambda v: str(v).replace("torch.", "")
+)
+def test_norm_by_rows_gives_the_tile_kernels_bits(dtype, width, block, residual, outputs):
+    """Rows of a large grid equal the same rows as a grid of 17, bit for bit: the Q8 operand
+    and h and the normed values where asked for."""
+    m = 2 * torch.cuda.get_device_properties(0).multi_processor_count + 37
+    r = rng("norm-rows", str(dtype), width, block)
+    x = torch.from_numpy(r.standard_normal((m, width))).to(dtype).cuda()
+    res = torch.from_numpy(r.standard_normal((m, width))).to(dtype).cuda() if residual else None
+    w = torch.from_numpy(1 + 0.1 * r.standard_normal(width)).to(dtype).cuda()
+    rot = device_rotation(block, signs_of(width, "norm")) if block else None
+
+    def run(rows):
+        n = rows.stop - rows.start
+        h = torch.full((n, width), float("nan"), dtype=dtype, device="cuda") if outputs else None
+        normed = torch.full((n, width), float("nan"), device="cuda") if outputs else None
+        out = norm_rotate_q8(
+            x[rows].contiguous(),
+            w,
+            1e-6,
+            rot,
+            residual=res[rows].contiguous() if residual else None,
+            h_out=h,
+            normed=normed,
+            out=poisoned(n, width),
+        )
+        return out, [t for t in (h, normed) if t is not None]
+
+    big, big_dense = run(slice(0, m))
     for part in (slice(0, 17), slice(m - 17, m)):
-        small = norm_producer(x[part].contiguous(), res[part].contiguous(), w)
-        q, want_q = big[0], small[0]
-        assert torch.equal(q.q8[part], want_q.q8)
-        assert torch.equal(q.scales[part].view(torch.int32), want_q.scales.view(torch.int32))
-        assert torch.equal(q.sums[part], want_q.sums)
-        for got, want in zip(big[1:], small[1:], strict=True):
+        small, small_dense = run(part)
+        assert torch.equal(big.q8[part], small.q8)
+        assert torch.equal(big.scales[part].view(torch.int32), small.scales.view(torch.int32))
+        assert torch.equal(big.sums[part], small.sums)
+        for got, want in zip(big_dense, small_dense, strict=True):
             assert torch.equal(got[part], want)
 
 

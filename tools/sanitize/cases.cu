@@ -223,7 +223,8 @@ int main()
             void *bx = device_floats((size_t)(rows * wide)),
                  *bh = device_bytes((size_t)(rows * wide) * 4, false);
             for (int64_t w : {5120, 9216})
-                check("norm_rotate_q8 many blocks",
+                check(w == 5120 ? "norm_rotate_q8 300 rows of 5120 (a block per row)"
+                                : "norm_rotate_q8 300 rows of 9216 (2 loads deep)",
                       pq2_norm_rotate_q8_cuda(bx, bx, bh, PQ2_DTYPE_F32, bx, PQ2_DTYPE_F32, 1e-6f,
                                               rows, w, &big, &big_o.op, nullptr, PQ2_DTYPE_F32,
                                               nullptr));

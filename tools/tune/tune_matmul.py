@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Tune the matmul's configuration table on the GPU and write it back.
 
-For each projection shape (tools/bench/shapes.py), each M bucket (1, 2, 3-4, 5-8, 9-16, and for
-the GEMM family 17-32, 33-128, 129-512, 513-2048; each timed at its largest M) and each resident
-layout, times every configuration of the search space as
-CUDA-graph replays over rotating weight copies of ternary content (activation quantisation
-included), keeps the fastest, and writes native/src/cuda/tuned_configs.inc (--write) plus the
-full measurements (--json). Needs a tuning build of libpq2 (cmake -DPQ2_TUNING_KERNELS=ON: every
-configuration of the search space compiled).
+For each projection shape (tools/bench/shapes.py), each M bucket that --ms names (by default 1, 2,
+4, 8, 16: m 1, 2, 3-4, 5-8, 9-16; above 16 the GEMM families', e.g. 32, 64, 128, 256, 512, 1024,
+2048 as the table holds them; each timed at its largest M) and each resident layout, times every
+configuration of the search space as CUDA-graph replays over rotating weight copies of ternary
+content (activation quantisation included), keeps the fastest, and writes
+native/src/cuda/tuned_configs.inc (--write) plus the full measurements (--json). Needs a tuning
+build of libpq2 (cmake -DPQ2_TUNING_KERNELS=ON: every configuration of the search space compiled).
 
     python3 tools/tune/tune_matmul.py --write native/src/cuda/tuned_configs.inc --json tune.json
 

@@ -217,8 +217,8 @@ __global__ void __launch_bounds__(MAXT)
     }
 }
 
-// The RMSNorm producer a block per row (grids of at least two rows per multiprocessor, rows of at
-// most kRowTiles tiles): the row is read once, not once per tile, and its tiles take turns in
+// The RMSNorm producer a block per row (grids of at least two rows per multiprocessor, rows of 2
+// to kRowTiles tiles of 1024): the row is read once, not once per tile, and its tiles take turns in
 // two halves of smem (2E floats), a tile's Hadamard writing the half the tile before it did not
 // read. The same bits as row_transform_kernel: the same per-thread elements, sums and order.
 constexpr int kRowTiles = 8;
@@ -323,13 +323,14 @@ transform_fn norm_row_kernel_for(int32_t x_dtype)
     }
 }
 
-// Whether the RMSNorm producer runs a block per row (norm_row_kernel): 256-thread tiles, at most
-// kRowTiles of them, and at least two rows per multiprocessor (its 128 registers a thread let
-// two blocks share one; with fewer rows a block per tile fills the device better).
+// Whether the RMSNorm producer runs a block per row (norm_row_kernel): rows of 2 to kRowTiles
+// tiles of 1024 (one tile gains nothing, and smaller blocks at two per multiprocessor leave it
+// half empty), at least two rows per multiprocessor (its 128 registers a thread let two blocks
+// share one; with fewer rows a block per tile fills the device better).
 bool norm_by_rows(const pq2_row_transform &t, int64_t e, int64_t tiles, int sms)
 {
-    return t.source == PQ2_SOURCE_NORM && t.y == nullptr && e <= 1024 && tiles <= kRowTiles &&
-           t.m >= 2 * (int64_t)sms;
+    return t.source == PQ2_SOURCE_NORM && t.y == nullptr && e == 1024 && tiles >= 2 &&
+           tiles <= kRowTiles && t.m >= 2 * (int64_t)sms;
 }
 
 }  // namespace

@@ -57,6 +57,6 @@ struct pq2_row_transform {
 int64_t pq2_row_tile(int64_t width, int32_t log2b);
 
 // Launches the transform (pdl: as a programmatic dependent of the stream's previous kernel; sms:
-// the device's multiprocessors, which pick the RMSNorm's load depth).
+// the device's multiprocessors, which pick the RMSNorm's load depth, or a block per row).
 pq2_status pq2_row_transform_launch(const char *fn, const pq2_row_transform &t, bool pdl, int sms,
                                     cudaStream_t stream);
