@@ -17,7 +17,7 @@ import zlib
 import numpy as np
 import pytest
 
-from .conftest import gpu_module
+from .conftest import f64, gpu_module
 
 torch = gpu_module()
 
@@ -67,10 +67,6 @@ def rel_rms(y, ref):
     if not np.isfinite(y).all():
         return float("inf")
     return float(np.sqrt(np.sum((y - ref) ** 2) / max(np.sum(ref**2), 1e-300)))
-
-
-def f64(t):
-    return t.float().cpu().numpy().astype(np.float64)
 
 
 def poisoned(m, k, kernel_operand=True):
