@@ -151,11 +151,11 @@ __device__ __forceinline__ char4 load_signs(const pq2_row_transform &p, int64_t 
 }
 
 // The end of a tile, after its source: the signs, the block Hadamard transform (smem: E floats,
-// still being read on return), the sink (the Q8 operand, or y). row_transform_kernel writes the
-// same steps out: calling this from it changes its SASS, which measured 1-2% slower at m >= 512
-// (tools/bench/NOTES.md, 2026-12-02).
+// still being read on return), the sink (the Q8 operand, or y). The signs come by reference: by
+// value, ptxas scheduled row_transform_kernel differently and it measured 1-2% slower at
+// m >= 512 (tools/bench/NOTES.md, 2026-12-02).
 template <bool Q8>
-__device__ __forceinline__ void finish(const pq2_row_transform &p, float (&v)[4], char4 s,
+__device__ __forceinline__ void finish(const pq2_row_transform &p, float (&v)[4], const char4 &s,
                                        int64_t row, int64_t e, float *smem, float rsqrt_b)
 {
     if (p.signs && !p.inverse) v[0] *= s.x, v[1] *= s.y, v[2] *= s.z, v[3] *= s.w;
@@ -200,21 +200,7 @@ __global__ void __launch_bounds__(MAXT)
         p.signs ? *reinterpret_cast<const char4 *>(p.signs + e) : make_char4(1, 1, 1, 1);
     float v[4];
     load_source<SOURCE, XD, DEPTH>(p, row, e, v, red);
-    // finish(), written out (see there)
-    if (p.signs && !p.inverse) v[0] *= s.x, v[1] *= s.y, v[2] *= s.z, v[3] *= s.w;
-    if (p.log2b > 0) {
-        hadamard_block(v, p.log2b, smem);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] *= rsqrt_b;
-    }
-    if (p.signs && p.inverse) v[0] *= s.x, v[1] *= s.y, v[2] *= s.z, v[3] *= s.w;
-    if constexpr (Q8) {
-        const int64_t g = e >> 7, task = row * (p.width >> 7) + g;
-        q8_store_group(v, threadIdx.x & 31, row, g, task, p.m, p.width, p.q8, p.scales, p.sums,
-                       p.bits, p.records);
-    } else {
-        store4(p.y, p.y_dtype, row * p.width + e, v);
-    }
+    finish<Q8>(p, v, s, row, e, smem, rsqrt_b);
 }
 
 // The RMSNorm producer a block per row (grids of at least two rows per multiprocessor, rows of 2
