@@ -68,6 +68,7 @@ int64_t pq2_gemm_grid(const pq2_matmul_config &cfg, int64_t n, int64_t k, int64_
 size_t pq2_gemm_counters(const pq2_matmul_config &cfg, int64_t n, int64_t m);
 size_t pq2_gemm_partial_floats(const pq2_matmul_config &cfg, int64_t grid);
 
-// Launches the grid of `grid` blocks (pq2_gemm_grid).
+// Launches the grid of `grid` blocks (pq2_gemm_grid) of a configuration the caller has checked
+// (pq2_gemm_check_config, pq2_gemm_check_grid).
 pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_matmul_config &cfg,
                            int64_t grid, bool after_kernel, cudaStream_t stream);

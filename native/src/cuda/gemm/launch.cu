@@ -356,7 +356,6 @@ pq2_status make_maps(const char *fn, const pq2_gemm_problem &p, int tokens, pq2_
 pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_matmul_config &cfg,
                            int64_t blocks, bool after_kernel, cudaStream_t stream)
 {
-    PQ2_CHECK(pq2_gemm_check_grid(fn, cfg, p.n, p.k, p.m));
     const int64_t rows = row_blocks(p.n), toks = token_blocks(cfg, p.m);
     const bool streamk = is_streamk(cfg);
     const dim3 grid = streamk ? dim3((unsigned)blocks)
