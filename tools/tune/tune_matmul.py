@@ -104,12 +104,12 @@ def search_space(layout, layout_rt, m, parts=SEARCH_CHOICES, warps=None, k=5120)
 def footprint(c):
     """Order among near-equal configurations: register kernels before the shared-memory ring
     (stages >= 3), unsplit row blocks and tile grids before split ones and stream-K grids (less
-    workspace). A call that holds 100 KB of shared
-    memory per block keeps the next call's blocks from starting early in a chain of calls (one
-    such table entry cost the M = 1 pass 0.26 ms while timing within 1% of the register kernel
-    on its own)."""
+    workspace). A call that holds 100 KB of shared memory per block keeps the next call's blocks
+    from starting early in a chain of calls (one such table entry cost the M = 1 pass 0.26 ms
+    while timing within 1% of the register kernel on its own)."""
     stages, splits = c[CONFIG_FIELDS.index("stages")], c[CONFIG_FIELDS.index("splits")]
-    streamk = c[0] == GEMM_SM90 and c[CONFIG_FIELDS.index("blocks")] > 0
+    family, blocks = c[CONFIG_FIELDS.index("family")], c[CONFIG_FIELDS.index("blocks")]
+    streamk = family == GEMM_SM90 and blocks > 0
     return (stages >= 3, splits > 1 or streamk)
 
 
