@@ -171,9 +171,13 @@ def check_matmul(shape, m, dtype, layout, rt, content="ternary", kind="normal", 
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("m,k", [(1, 128), (3, 5120), (16, 17408), (5, 640), (17, 640), (40, 1280)])
+@pytest.mark.parametrize(
+    "m,k", [(1, 128), (3, 5120), (16, 17408), (5, 640), (17, 640), (40, 1280), (1001, 5248)]
+)
 def test_quantize_bit_exact(dtype, m, k):
-    """(m <= 16 runs one-warp blocks, larger m 8-warp blocks; quantize.cu)"""
+    """(quantize.cu: m <= 16 runs the row kernel in one-warp blocks; larger m the flat kernel, one
+    task per warp up to a wave of resident warps (17 x 5, 40 x 10) and two above (1001 x 41, an
+    odd count: the last warp has one))"""
     x = activations(m, k, "outliers", dtype, seed=m * k)
     x[0, :128] = 0  # an all-zero group
     x[-1, 128:256] = 1e-40 if dtype == torch.float32 else 0  # subnormal group

@@ -182,9 +182,11 @@ int main()
                 matmul("gemm sm90 stream-K", wide512, 300, &cfg);
             }
     }
-    // Quantiser alone, rotation, producers, lookup, dequantisation.
+    // Quantiser alone (the row kernel at m <= 16; the flat one a task per warp at 20, two at
+    // 3001: 9003 tasks, more than a wave of resident warps on 132 SMs, an odd count), rotation,
+    // producers, lookup, dequantisation.
     const int64_t k = 384;
-    for (int64_t m : {1, 4, 20}) {
+    for (int64_t m : {1, 4, 20, 3001}) {
         q8_operand o = make_q8(m, k, true);
         void *x = device_floats((size_t)(m * k));
         check("quantize_q8", pq2_quantize_q8_cuda(x, PQ2_DTYPE_F32, m, k, &o.op, nullptr));

@@ -264,7 +264,8 @@ extern "C" PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtyp
     pq2_device dev;
     PQ2_CHECK(pq2_device_get(fn, &dev));
     PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, k, o.q8, o.scales, o.sums, o.bits, o.records,
-                                  nullptr, 0, pq2_pdl_ok(), static_cast<cudaStream_t>(stream)));
+                                  nullptr, 0, pq2_pdl_ok(), dev.sms,
+                                  static_cast<cudaStream_t>(stream)));
     return pq2_ok();
 }
 
@@ -287,8 +288,10 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     int32_t *sums = reinterpret_cast<int32_t *>(c.ws + c.plan.sums);
     // The bit-slice kernels (m == 1) read no q8: the quantiser writes none for them. It also
     // clears the arrival counters of split row blocks.
+    pq2_device dev;
+    PQ2_CHECK(pq2_device_get(fn, &dev));
     PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, c.bits ? nullptr : q8, xs, sums, c.bits,
-                                  c.records, c.counters, c.n_counters, pq2_pdl_ok(), s));
+                                  c.records, c.counters, c.n_counters, pq2_pdl_ok(), dev.sms, s));
     PQ2_CHECK(run_matmul(fn, c, m, q8, xs, sums, y, y_dtype, pq2_pdl_ok(), s));
     return pq2_ok();
 }

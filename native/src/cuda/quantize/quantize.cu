@@ -16,11 +16,11 @@
 
 namespace {
 
-// Warps (one per (row, group)) per block: at most kMaxWarps; one while m <= kOneWarpMaxM (decode
-// batches). There the quantiser's blocks start while the previous matmul's blocks still hold most
-// of each SM, and a one-warp block finds room where an 8-warp block waits: the M = 1 pass measured
-// 2.309 ms with 1 warp per block, 2.32-2.33 with 2 and 4, 2.34 with 8. Larger m
-// keep 8-warp blocks (fewer blocks to schedule; not measured).
+// Warps per block: at most kMaxWarps; one while m <= kOneWarpMaxM (decode batches). There the
+// quantiser's blocks start while the previous matmul's blocks still hold most of each SM, and a
+// one-warp block finds room where an 8-warp block waits: the M = 1 pass measured 2.309 ms with 1
+// warp per block, 2.32-2.33 with 2 and 4, 2.34 with 8. Larger m keep 8-warp blocks (fewer blocks
+// to schedule; not measured).
 constexpr int kMaxWarps = 8;
 constexpr int64_t kOneWarpMaxM = 16;
 
@@ -38,9 +38,10 @@ __device__ __forceinline__ void start_before_matmul(uint32_t *__restrict__ zero,
         zero[i] = 0;
 }
 
-// One warp per (row, group); lane L owns elements 4L..4L+3, so element 4L+j goes to plane j at
-// position L: each of the four byte stores of a warp writes 32 consecutive bytes. q8 may be NULL
-// (bit slices only).
+// Decode batches (m <= kOneWarpMaxM) and any call that wants bit slices or records: one warp per
+// (row, group); lane L owns elements 4L..4L+3, so element 4L+j goes to plane j at position L:
+// each of the four byte stores of a warp writes 32 consecutive bytes. q8 may be NULL (bit slices
+// only).
 template <int DTYPE>
 __global__ void __launch_bounds__(kMaxWarps * 32)
     quantize_q8_kernel(const void *__restrict__ x, int64_t m, int64_t k, int8_t *__restrict__ q8,
@@ -66,6 +67,38 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
     float v[4];
     pq2_load4<DTYPE>(xp, v);
     q8_store_group(v, lane, row, g, task, m, k, q8, scales, sums, bits, records);
+}
+
+// The quantiser above m = kOneWarpMaxM (no bit slices or records there): the tasks are the
+// flat array's 128-element chunks in order (task t is x[128 t, 128 t + 128), its Q8 group
+// q8[128 t, ...), its scale and sum at t), so a warp takes G consecutive tasks with no row or
+// group arithmetic, their loads issued together (flat_tasks_per_warp picks G).
+template <int DTYPE, int G>
+__global__ void __launch_bounds__(kMaxWarps * 32)
+    quantize_q8_flat_kernel(const void *__restrict__ x, int64_t m, int64_t k,
+                            int8_t *__restrict__ q8, float *__restrict__ scales,
+                            int32_t *__restrict__ sums, uint32_t *__restrict__ zero, int32_t n_zero)
+{
+    constexpr int64_t kTaskBytes = 128 * (DTYPE == PQ2_DTYPE_F32 ? 4 : 2);
+    const int lane = threadIdx.x & 31;
+    const int64_t tasks = m * (k >> 7);
+    const int64_t task0 = ((int64_t)blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5)) * G;
+    const char *xp = static_cast<const char *>(x) + task0 * kTaskBytes + lane * (kTaskBytes / 32);
+#pragma unroll
+    for (int i = 0; i < G; ++i)  // into L2 before the wait, as quantize_q8_kernel
+        if (task0 + i < tasks) asm volatile("prefetch.global.L2 [%0];" ::"l"(xp + i * kTaskBytes));
+    start_before_matmul(zero, n_zero);
+    float v[G][4];
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+        if (task0 + i < tasks) pq2_load4<DTYPE>(xp + i * kTaskBytes, v[i]);
+#pragma unroll
+    for (int i = 0; i < G; ++i) {
+        const int64_t t = task0 + i;
+        if (t >= tasks) return;
+        // row 0, group t: the flat offsets 128 t and t (bits and records are not written)
+        q8_store_group(v[i], lane, 0, t, t, m, k, q8, scales, sums, nullptr, nullptr);
+    }
 }
 
 // The bit-sliced copy of existing q8 (plane order: element 4*lane + s of group g at
@@ -142,14 +175,57 @@ pq2_status pq2_token_records_launch(const char *fn, const float *scales, const i
     return pq2_launch_status(fn);
 }
 
+// Tasks per warp of the flat kernel, or 0 for the row kernel (m <= kOneWarpMaxM, or bit slices or
+// records wanted). Two once the tasks fill more than one wave of resident warps (64 per SM at
+// 8-warp blocks): a warp's second task shares its setup and overlaps its first one's loads;
+// below that, one per warp keeps more warps on fewer tasks. Measured on the H200 (bf16 x, width
+// 5120, µs; tools/bench/NOTES.md, 2026-12-02): m = 17 1.35 (one) vs 1.64 (two); m = 2048 15.1
+// vs 13.3.
+static int flat_tasks_per_warp(int64_t m, int64_t k, const int8_t *q8, const uint32_t *bits,
+                               const int4 *records, int sms)
+{
+    if (m <= kOneWarpMaxM || !q8 || bits || records) return 0;
+    return m * (k >> 7) > (int64_t)sms * 64 ? 2 : 1;
+}
+
+template <int DTYPE>
+static cudaError_t launch_flat(const pq2_launch &l, int per_warp, const void *x, int64_t m,
+                               int64_t k, int8_t *q8, float *scales, int32_t *sums, uint32_t *zero,
+                               int32_t n_zero)
+{
+    return per_warp == 2 ? cudaLaunchKernelEx(&l.cfg, quantize_q8_flat_kernel<DTYPE, 2>, x, m, k,
+                                              q8, scales, sums, zero, n_zero)
+                         : cudaLaunchKernelEx(&l.cfg, quantize_q8_flat_kernel<DTYPE, 1>, x, m, k,
+                                              q8, scales, sums, zero, n_zero);
+}
+
 pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m, int64_t k,
                                int8_t *q8, float *scales, int32_t *sums, uint32_t *bits,
-                               int4 *records, uint32_t *zero, int32_t n_zero, bool pdl,
+                               int4 *records, uint32_t *zero, int32_t n_zero, bool pdl, int sms,
                                cudaStream_t stream)
 {
     unsigned blocks, warps;
     PQ2_CHECK(group_blocks(fn, m, k, &blocks, &warps));
+    const int per_warp = flat_tasks_per_warp(m, k, q8, bits, records, sms);
+    if (per_warp > 1) blocks = (blocks + per_warp - 1) / per_warp;
     pq2_launch l(blocks, warps * 32, 0, stream, pdl);
+    if (per_warp > 0) {
+        cudaError_t e;
+        switch (x_dtype) {
+        case PQ2_DTYPE_F32:
+            e = launch_flat<PQ2_DTYPE_F32>(l, per_warp, x, m, k, q8, scales, sums, zero, n_zero);
+            break;
+        case PQ2_DTYPE_F16:
+            e = launch_flat<PQ2_DTYPE_F16>(l, per_warp, x, m, k, q8, scales, sums, zero, n_zero);
+            break;
+        case PQ2_DTYPE_BF16:
+            e = launch_flat<PQ2_DTYPE_BF16>(l, per_warp, x, m, k, q8, scales, sums, zero, n_zero);
+            break;
+        default: return pq2_check_dtype(fn, "x_dtype", x_dtype);
+        }
+        PQ2_CUDA_TRY(fn, e);
+        return pq2_launch_status(fn);
+    }
     switch (x_dtype) {
     case PQ2_DTYPE_F32:
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8,
