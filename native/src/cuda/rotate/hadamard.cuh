@@ -16,6 +16,19 @@ __device__ __forceinline__ void butterfly(float &a, float &b)
     a = s, b = d;
 }
 
+// A stage's update of an element from its partner's value o: o - v where this thread holds the
+// upper index (sign -1), else v + o (sign +1). One FFMA: v * (+-1) is exact, so the FFMA rounds
+// once, exactly as the FADD it stands for (the same bits, signed zeros included).
+__device__ __forceinline__ float stage_update(float v, float o, float sign)
+{
+    return fmaf(v, sign, o);
+}
+
+__device__ __forceinline__ float stage_sign(bool upper)
+{
+    return upper ? -1.0f : 1.0f;
+}
+
 // The stages of bits 7 .. 6 + C (C <= 3) from one exchange: every thread stores its four values,
 // reads those of the threads t ^ (j << 5) (j < 2^C, the same lane in the partner warps) and forms
 // its own results from them with the staged transform's additions, in its order and with its
@@ -41,14 +54,12 @@ template <int C> __device__ __forceinline__ void cross_warp_stages(float (&v)[4]
     }
 #pragma unroll
     for (int s = 0; s < C; ++s) {
-        const bool upper = (t >> (5 + s)) & 1;  // the same for every entry updated at stage s
+        // the same for every entry updated at stage s
+        const float sign = stage_sign((t >> (5 + s)) & 1);
 #pragma unroll
         for (int j = 0; j < (1 << C); j += 2 << s)
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float a = x[j][e], o = x[j | (1 << s)][e];
-                x[j][e] = upper ? o - a : a + o;
-            }
+            for (int e = 0; e < 4; ++e) x[j][e] = stage_update(x[j][e], x[j | (1 << s)][e], sign);
     }
 #pragma unroll
     for (int e = 0; e < 4; ++e) v[e] = x[0][e];
@@ -61,15 +72,15 @@ __device__ __forceinline__ void hadamard_block(float (&v)[4], int log2b, float *
     const int t = threadIdx.x, lane = t & 31;
     if (log2b > 0) butterfly(v[0], v[1]), butterfly(v[2], v[3]);
     if (log2b > 1) butterfly(v[0], v[2]), butterfly(v[1], v[3]);
-    const int in_warp = log2b < 7 ? log2b : 7;
-    for (int bit = 2; bit < in_warp; ++bit) {
-        const int mask = 1 << (bit - 2);
-        const bool upper = lane & mask;  // this lane holds the elements with the bit set
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const float o = __shfl_xor_sync(0xffffffffu, v[j], mask);
-            v[j] = upper ? o - v[j] : v[j] + o;
-        }
+    for (int bit = 2; bit < 7; ++bit) {  // unrolled: the partner lane is an immediate
+        if (bit >= log2b) break;
+        const int mask = 1 << (bit - 2);
+        // -1 where this lane holds the elements with the bit set
+        const float sign = stage_sign(lane & mask);
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            v[j] = stage_update(v[j], __shfl_xor_sync(0xffffffffu, v[j], mask), sign);
     }
     switch (log2b - 7) {
     case 1: cross_warp_stages<1>(v, smem); return;
@@ -85,7 +96,8 @@ __device__ __forceinline__ void hadamard_block(float (&v)[4], int log2b, float *
         const float4 o = reinterpret_cast<const float4 *>(smem)[t ^ mask];
         __syncthreads();
         const float ov[4] = {o.x, o.y, o.z, o.w};
+        const float sign = stage_sign(upper);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = upper ? ov[j] - v[j] : v[j] + ov[j];
+        for (int j = 0; j < 4; ++j) v[j] = stage_update(v[j], ov[j], sign);
     }
 }
