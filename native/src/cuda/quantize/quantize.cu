@@ -175,28 +175,35 @@ pq2_status pq2_token_records_launch(const char *fn, const float *scales, const i
     return pq2_launch_status(fn);
 }
 
+// Warps an SM holds at once while the quantisers stay within 32 registers (2048 threads).
+constexpr int64_t kResidentWarpsPerSm = 64;
+
 // Tasks per warp of the flat kernel, or 0 for the row kernel (m <= kOneWarpMaxM, or bit slices or
-// records wanted). Two once the tasks fill more than one wave of resident warps (64 per SM at
-// 8-warp blocks): a warp's second task shares its setup and overlaps its first one's loads;
-// below that, one per warp keeps more warps on fewer tasks. Measured on the H200 (bf16 x, width
-// 5120, µs; tools/bench/NOTES.md, 2026-12-02): m = 17 1.35 (one) vs 1.64 (two); m = 2048 15.1
-// vs 13.3.
+// records wanted). Two once the tasks fill more than one wave of resident warps: a warp's second
+// task shares its setup and overlaps its first one's loads; below that, one per warp keeps more
+// warps on fewer tasks. Measured on the H200 (bf16 x, width 5120, µs; tools/bench/NOTES.md,
+// 2026-12-02): m = 17 1.35 (one) vs 1.64 (two); m = 2048 15.1 vs 13.2-13.4.
 static int flat_tasks_per_warp(int64_t m, int64_t k, const int8_t *q8, const uint32_t *bits,
                                const int4 *records, int sms)
 {
     if (m <= kOneWarpMaxM || !q8 || bits || records) return 0;
-    return m * (k >> 7) > (int64_t)sms * 64 ? 2 : 1;
+    return m * (k >> 7) > sms * kResidentWarpsPerSm ? 2 : 1;
 }
 
+// The quantiser of x's dtype: the flat kernel with per_warp tasks per warp, or the row kernel.
 template <int DTYPE>
-static cudaError_t launch_flat(const pq2_launch &l, int per_warp, const void *x, int64_t m,
-                               int64_t k, int8_t *q8, float *scales, int32_t *sums, uint32_t *zero,
-                               int32_t n_zero)
+static cudaError_t launch_quantize(const pq2_launch &l, int per_warp, const void *x, int64_t m,
+                                   int64_t k, int8_t *q8, float *scales, int32_t *sums,
+                                   uint32_t *bits, int4 *records, uint32_t *zero, int32_t n_zero)
 {
-    return per_warp == 2 ? cudaLaunchKernelEx(&l.cfg, quantize_q8_flat_kernel<DTYPE, 2>, x, m, k,
-                                              q8, scales, sums, zero, n_zero)
-                         : cudaLaunchKernelEx(&l.cfg, quantize_q8_flat_kernel<DTYPE, 1>, x, m, k,
-                                              q8, scales, sums, zero, n_zero);
+    if (per_warp == 2)
+        return cudaLaunchKernelEx(&l.cfg, quantize_q8_flat_kernel<DTYPE, 2>, x, m, k, q8, scales,
+                                  sums, zero, n_zero);
+    if (per_warp == 1)
+        return cudaLaunchKernelEx(&l.cfg, quantize_q8_flat_kernel<DTYPE, 1>, x, m, k, q8, scales,
+                                  sums, zero, n_zero);
+    return cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<DTYPE>, x, m, k, q8, scales, sums, bits,
+                              records, zero, n_zero);
 }
 
 pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m, int64_t k,
@@ -209,35 +216,18 @@ pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, i
     const int per_warp = flat_tasks_per_warp(m, k, q8, bits, records, sms);
     if (per_warp > 1) blocks = (blocks + per_warp - 1) / per_warp;
     pq2_launch l(blocks, warps * 32, 0, stream, pdl);
-    if (per_warp > 0) {
-        cudaError_t e;
-        switch (x_dtype) {
-        case PQ2_DTYPE_F32:
-            e = launch_flat<PQ2_DTYPE_F32>(l, per_warp, x, m, k, q8, scales, sums, zero, n_zero);
-            break;
-        case PQ2_DTYPE_F16:
-            e = launch_flat<PQ2_DTYPE_F16>(l, per_warp, x, m, k, q8, scales, sums, zero, n_zero);
-            break;
-        case PQ2_DTYPE_BF16:
-            e = launch_flat<PQ2_DTYPE_BF16>(l, per_warp, x, m, k, q8, scales, sums, zero, n_zero);
-            break;
-        default: return pq2_check_dtype(fn, "x_dtype", x_dtype);
-        }
-        PQ2_CUDA_TRY(fn, e);
-        return pq2_launch_status(fn);
-    }
     switch (x_dtype) {
     case PQ2_DTYPE_F32:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F32>, x, m, k, q8,
-                                            scales, sums, bits, records, zero, n_zero));
+        PQ2_CUDA_TRY(fn, launch_quantize<PQ2_DTYPE_F32>(l, per_warp, x, m, k, q8, scales, sums,
+                                                        bits, records, zero, n_zero));
         break;
     case PQ2_DTYPE_F16:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_F16>, x, m, k, q8,
-                                            scales, sums, bits, records, zero, n_zero));
+        PQ2_CUDA_TRY(fn, launch_quantize<PQ2_DTYPE_F16>(l, per_warp, x, m, k, q8, scales, sums,
+                                                        bits, records, zero, n_zero));
         break;
     case PQ2_DTYPE_BF16:
-        PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, quantize_q8_kernel<PQ2_DTYPE_BF16>, x, m, k, q8,
-                                            scales, sums, bits, records, zero, n_zero));
+        PQ2_CUDA_TRY(fn, launch_quantize<PQ2_DTYPE_BF16>(l, per_warp, x, m, k, q8, scales, sums,
+                                                         bits, records, zero, n_zero));
         break;
     default: return pq2_check_dtype(fn, "x_dtype", x_dtype);
     }
