@@ -147,7 +147,7 @@ def _run_tp(args, tp: int, files: list[str]) -> int:
         print(f"pyq2: error: {e}", file=sys.stderr)
         return 1
     print(
-        f"{result['model']}: tensor-parallel over {tp} GPUs ({result['gpu']}), "
+        f"{result['model']}: tensor-parallel over {tp} GPUs ({result['env']['gpu']}), "
         f"{result['step_bytes_m1_rank0'] / 1e9:.2f} GB read per step by rank 0; siblings "
         f"{'fused' if result['fused'] else 'separate'}"
     )

@@ -29,7 +29,7 @@ from .collective import Nccl
 from .gpu import _torch
 from .model import load, synthetic
 from .step import DecodeStep
-from .timing import graph_ms, read_bandwidth_gbs
+from .timing import environment, graph_ms, read_bandwidth_gbs
 
 
 def _free_port() -> int:
@@ -157,7 +157,7 @@ def bench_rank(rank: int, g: int, source: str, files: list[str], opts: dict) -> 
     return {
         "model": model.source,
         "tp": g,
-        "gpu": torch.cuda.get_device_name(),
+        "env": environment(),
         "read_bandwidth_gbs": read_gbs,
         "step_bytes_m1_rank0": model.step_bytes(1),
         "fused": fuse,

@@ -209,7 +209,9 @@ def test_bench_tp_runs_on_one_gpu(tmp_path):
     assert "tensor-parallel over 1 GPUs" in p.stdout and "decode m=4" in p.stdout
     import json
 
-    rows = json.loads(out.read_text())["rows"]
+    result = json.loads(out.read_text())
+    assert result["env"]["gpu"] == torch.cuda.get_device_name()
+    rows = result["rows"]
     assert [r["m"] for r in rows] == [1, 4] and all(np.isfinite(r["ms"]) for r in rows)
     assert all(r["single_gpu_ms"] > 0 for r in rows)
 
