@@ -157,7 +157,7 @@ def bench_rank(rank: int, g: int, source: str, files: list[str], opts: dict) -> 
     return {
         "model": model.source,
         "tp": g,
-        "env": environment(),
+        "env": environment() if rank == 0 else None,  # only rank 0's result is reported
         "read_bandwidth_gbs": read_gbs,
         "step_bytes_m1_rank0": model.step_bytes(1),
         "fused": fuse,
