@@ -53,6 +53,25 @@ __device__ __forceinline__ float block_sum(float v, float *red)
     return s;
 }
 
+// The RMSNorm's scale of a row from a thread's share ss of its sum of squares (block_sum).
+__device__ __forceinline__ float rms_scale(const pq2_row_transform &p, float ss, float *red)
+{
+    return 1.0f / sqrtf(block_sum(ss, red) / (float)p.width + p.eps);
+}
+
+// The RMSNorm of elements e..e+3 of row `row`: h (in v, of dtype XD) to h_out, then v = h *
+// scale * w, to normed. h goes to a buffer of its own: the other blocks of the row read x and
+// the residual whole.
+template <int XD>
+__device__ __forceinline__ void norm_elements(const pq2_row_transform &p, int64_t row, int64_t e,
+                                              float scale, const float (&w)[4], float (&v)[4])
+{
+    if (p.h_out) store4(p.h_out, XD, row * p.width + e, v);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = v[j] * scale * w[j];
+    if (p.normed) store4(p.normed, p.normed_dtype, row * p.width + e, v);
+}
+
 // Element e..e+3 of row `row` of the source, as floats. IN_FLIGHT: loads issued together by the
 // RMSNorm's pass over the whole row.
 template <int SOURCE, int XD, int IN_FLIGHT>
@@ -121,12 +140,7 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
                 }
             }
         }
-        const float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)p.width + p.eps);
-        // h to its own buffer: the other blocks of the row read x and the residual whole.
-        if (p.h_out) store4(p.h_out, XD, row * p.width + e, v);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = v[j] * scale * w[j];
-        if (p.normed) store4(p.normed, p.normed_dtype, row * p.width + e, v);
+        norm_elements<XD>(p, row, e, rms_scale(p, ss, red), w, v);
     } else {  // PQ2_SOURCE_WEIGHTS: row ids[row] (or row); an id out of range gives NaN
         const int64_t id = p.ids ? (int64_t)p.ids[row] : row;
         if (id < 0 || id >= p.w.n) {
@@ -196,6 +210,8 @@ __global__ void __launch_bounds__(MAXT)
     pq2_pdl_handoff();
     // The signs are issued before the source's loads so that their latency hides under them (for
     // the RMSNorm: under the row pass, not after the row's sum).
+    // load_signs written out: calling it reschedules every tile kernel (not the same SASS, and
+    // not measured)
     const char4 s =
         p.signs ? *reinterpret_cast<const char4 *>(p.signs + e) : make_char4(1, 1, 1, 1);
     float v[4];
@@ -243,16 +259,13 @@ __device__ __forceinline__ void norm_row(const pq2_row_transform &p, int64_t row
 #pragma unroll
         for (int j = 0; j < 4; ++j) ss = fmaf(h[u][j], h[u][j], ss);
     }
-    const float scale = 1.0f / sqrtf(block_sum(ss, red) / (float)p.width + p.eps);
+    const float scale = rms_scale(p, ss, red);
 #pragma unroll
     for (int u = 0; u < kRowTiles; ++u) {
         if (u >= tiles) break;
         const int64_t e = first + u * E;
         float v[4] = {h[u][0], h[u][1], h[u][2], h[u][3]};
-        if (p.h_out) store4(p.h_out, XD, row * p.width + e, v);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = v[j] * scale * w[u][j];
-        if (p.normed) store4(p.normed, p.normed_dtype, row * p.width + e, v);
+        norm_elements<XD>(p, row, e, scale, w[u], v);
         finish<true>(p, v, s[u], row, e, smem + (u & 1) * E, rsqrt_b);
     }
 }
