@@ -34,10 +34,29 @@ __device__ __forceinline__ const void *elem(const void *base, int32_t dtype, int
     return static_cast<const char *>(base) + i * (int64_t)pq2_dtype_bytes(dtype);
 }
 
+// Elements i..i+3 of an output row in one 8- or 16-byte store (i is a multiple of 4 and every
+// output 16-byte aligned: api_rotate.cu), each rounded as pq2_store_from_f32 rounds it. __stwb
+// is a plain (write-back) store that the compiler keeps whole; a vector assignment it splits
+// into 4-byte stores.
 __device__ __forceinline__ void store4(void *base, int32_t dtype, int64_t i, const float (&v)[4])
 {
-#pragma unroll
-    for (int j = 0; j < 4; ++j) pq2_store_from_f32(base, (size_t)(i + j), dtype, v[j]);
+    if (dtype == PQ2_DTYPE_F16 || dtype == PQ2_DTYPE_BF16) {
+        uint32_t lo, hi;
+        if (dtype == PQ2_DTYPE_F16) {
+            const __half2 a = __floats2half2_rn(v[0], v[1]), b = __floats2half2_rn(v[2], v[3]);
+            lo = *reinterpret_cast<const uint32_t *>(&a),
+            hi = *reinterpret_cast<const uint32_t *>(&b);
+        } else {
+            const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]),
+                                 b = __floats2bfloat162_rn(v[2], v[3]);
+            lo = *reinterpret_cast<const uint32_t *>(&a),
+            hi = *reinterpret_cast<const uint32_t *>(&b);
+        }
+        __stwb(reinterpret_cast<uint2 *>(static_cast<uint16_t *>(base) + i), make_uint2(lo, hi));
+    } else {
+        __stwb(reinterpret_cast<float4 *>(static_cast<float *>(base) + i),
+               make_float4(v[0], v[1], v[2], v[3]));
+    }
 }
 
 // The sum of every thread's v over the block, the same in every thread: a fixed order (warp
