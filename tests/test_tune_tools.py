@@ -1,7 +1,8 @@
 """The tuning tools without a GPU, run as commands: tools/tune/tune_matmul.py re-picks a saved
 tune into a table (--from-json: a full re-tune replaces a layout's entries, --partial only the
-entries it tuned, the fallback lines always stay), and tools/tune/instances.py --check finds the
-compiled kernel list in step with the committed table."""
+entries it tuned, the fallback lines always stay; a tune cut short by a signal writes no table and
+saves what finished, which only --partial re-picks), and tools/tune/instances.py --check finds
+the compiled kernel list in step with the committed table."""
 
 import json
 import os
@@ -119,3 +120,58 @@ def test_instance_list_matches_the_table():
     build's list holds all of it."""
     r = run(INSTANCES, "--check")
     assert r.returncode == 0, r.stderr
+
+
+def interrupted_tune(monkeypatch, tmp_path, table):
+    """Runs tune_matmul.main in-process with the GPU parts replaced: one (shape, M) finishes,
+    then SIGTERM arrives during the next. Returns (exit status, the --json path)."""
+    import signal
+
+    from pyq2.errors import Interrupted
+
+    monkeypatch.syspath_prepend(str(TUNE.parent))
+    import tune_matmul
+
+    env = {"date": "2026-02-02T00:00:00+00:00", "nvidia_smi": "GPU, drv", "commit": "ccccccc"}
+    finished = (1, 2, 0, 4, 1, 1, 4, 0)
+
+    def fake_tune(shapes, layouts, ms, replays, log, entries, rows, parts, warps):
+        at = {"shape": "out", "layout": "tiles", "layout_rt": 2, "m": 8}
+        rows.append({**at, "config": dict(zip(CONFIG_FIELDS, finished, strict=True)), "us": 6.5})
+        entries.append(("tiles", 8, 5120, 6144, 2, finished, 6.5))
+        raise Interrupted(signal.SIGTERM)  # during the next (shape, M): nothing of it kept
+
+    monkeypatch.setattr(tune_matmul, "gpu_environment", lambda: env)
+    monkeypatch.setattr(tune_matmul, "tune", fake_tune)
+    out = tmp_path / "tune.json"
+    status = tune_matmul.main(
+        ["--ms", "8,16", "--layouts", "tiles:2", "--json", str(out), "--write", str(table)]
+    )
+    return status, out
+
+
+def test_an_interrupted_tune_keeps_what_finished_and_leaves_the_table(
+    monkeypatch, tmp_path, table, capsys
+):
+    before = table.read_text()
+    status, out = interrupted_tune(monkeypatch, tmp_path, table)
+    assert status == 128 + 15  # SIGTERM, as a shell reports it
+    assert table.read_text() == before
+    assert "interrupted (SIGTERM): the table is not written" in capsys.readouterr().err
+    saved = json.loads(out.read_text())
+    assert saved["interrupted"] == "SIGTERM"
+    assert [(r["shape"], r["m"], r["us"]) for r in saved["rows"]] == [("out", 8, 6.5)]
+    assert [b["m_max"] for b in saved["best"]] == [8]
+    assert not list(tmp_path.glob(".*.tmp"))  # no staging directory left behind
+
+
+def test_an_interrupted_tune_is_re_picked_only_with_partial(monkeypatch, tmp_path, table):
+    _, out = interrupted_tune(monkeypatch, tmp_path, table)
+    before = table.read_text()
+    r = run(TUNE, "--from-json", out, "--write", table)
+    assert r.returncode == 2 and "was interrupted (SIGTERM)" in r.stderr, r.stderr
+    assert table.read_text() == before
+    r = run(TUNE, "--from-json", out, "--write", table, "--partial")
+    assert r.returncode == 0, r.stderr
+    new = "PQ2_TUNED(TILES, 8, 5120, 6144, 2, ROWBLOCK, 2, 0, 4, 1, 1, 4, 0)  // 6.5 us"
+    assert entries(table.read_text()) == [OLD[0], OLD[1], new, OLD[3], FALLBACK[1]]

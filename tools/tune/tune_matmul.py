@@ -14,6 +14,10 @@ build of libpq2 (cmake -DPQ2_TUNING_KERNELS=ON: every configuration of the searc
 --write also regenerates the compiled kernel list (tools/tune/instances.py). Rebuild libpq2
 afterwards: the table is compiled in. --from-json re-picks the entries of a saved tune without a
 GPU; --partial replaces only the (layout, M bucket, shape) entries tuned in this run.
+
+A signal (Ctrl-C, SIGTERM from `timeout`) stops the run without writing the table; with --json
+the measurements of every (shape, layout, M) finished by then are saved, marked "interrupted",
+for --from-json --partial to re-pick. The run exits with 128 + the signal's number.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import argparse
 import itertools
 import json
 import os
+import signal
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -130,21 +135,24 @@ def picks(cands):
     return [best, pick(others)] if best[1][family] == GEMM_SM90 and others else [best]
 
 
-def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
+def tune(shapes, layouts, ms, replays, log, entries, rows, parts=SEARCH_CHOICES, warps=None):
+    """Times the search space; appends to entries (table entries) and rows (every measurement)
+    as each (shape, layout, M) finishes, so that an interrupted run keeps the finished ones."""
     import torch  # the GPU side only: --from-json runs without it
     from bench_matmul import copies_for, resident, time_pq2
 
     from pyq2.errors import Pq2Error
     from pyq2.gpu import gemm_config, matmul_config
 
-    entries, rows = [], []
     for name in shapes:
         n, k, _ = SHAPES[name]
         for layout, layout_rt in layouts:
             ws = resident(n, k, layout, layout_rt, copies_for(pq2_bytes(n, k)))
             for m in ms:
-                cands = []
-                for c in search_space(layout, layout_rt, m, parts, warps, k):
+                cands, measured = [], []
+                space = list(search_space(layout, layout_rt, m, parts, warps, k))
+                log(f"{name:8s} {layout}{layout_rt or ''} M={m:2d}: {len(space)} configurations")
+                for c in space:
                     try:
                         cf = dict(zip(CONFIG_FIELDS, c, strict=True))
                         if cf["family"] in (GEMM, GEMM_SM90):
@@ -159,7 +167,7 @@ def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
                         if e.status_name != "PQ2_ERR_UNSUPPORTED":
                             raise
                         continue
-                    rows.append(
+                    measured.append(
                         {
                             "shape": name,
                             "layout": layout,
@@ -180,9 +188,9 @@ def tune(shapes, layouts, ms, replays, log, parts=SEARCH_CHOICES, warps=None):
                     f"(table now {current})"
                 )
                 entries += [(layout, m, n, k, layout_rt, c, us) for us, c in kept]
+                rows += measured
             del ws
             torch.cuda.empty_cache()
-    return entries, rows
 
 
 def table_key(line):
@@ -239,7 +247,8 @@ def render_table(old_text, entries, note, partial):
 
 
 def entries_from_json(path):
-    """Re-pick the table entries of a saved tune (--json) without a GPU: (entries, env)."""
+    """Re-pick the table entries of a saved tune (--json) without a GPU: (entries, env, the
+    signal that interrupted the run or None)."""
     with open(path) as f:
         saved = json.load(f)
     groups = {}
@@ -255,7 +264,7 @@ def entries_from_json(path):
     for (name, layout, layout_rt, m), cands in groups.items():
         n, k, _ = SHAPES[name]
         entries += [(layout, m, n, k, layout_rt, c, us) for us, c in picks(cands)]
-    return entries, saved["env"]
+    return entries, saved["env"], saved.get("interrupted")
 
 
 def write_table(path, entries, env, partial, source=""):
@@ -312,7 +321,13 @@ def main(argv=None):
     if any(p not in SEARCH_CHOICES for p in parts):
         ap.error(f"--search {args.search!r}: choose from {', '.join(SEARCH_CHOICES)}")
     if args.from_json:
-        entries, env = entries_from_json(args.from_json)
+        entries, env, interrupted = entries_from_json(args.from_json)
+        if interrupted and args.write and not args.partial:
+            ap.error(
+                f"--from-json {args.from_json}: that tune was interrupted ({interrupted}) and "
+                "holds only part of the search; a full --write would drop every entry it lacks "
+                "(add --partial)"
+            )
         where = os.path.relpath(os.path.abspath(args.from_json), ROOT)
         if args.write:
             write_table(args.write, entries, env, args.partial, f", re-picked from {where}")
@@ -323,6 +338,55 @@ def main(argv=None):
             )
         return 0
 
+    from pyq2 import interrupts
+
+    installed = interrupts.install()
+    try:
+        return tune_and_write(args, parts, warps)
+    finally:
+        if installed:
+            interrupts.uninstall()
+
+
+def tune_and_write(args, parts, warps):
+    """The GPU run of main(): tune, then write the table and the measurements; on a signal,
+    only the measurements finished by then (exit status 128 + the signal's number)."""
+    from pyq2 import interrupts
+
+    layouts = [(a, int(b)) for a, b in (v.split(":") for v in args.layouts.split(","))]
+    env, entries, rows = None, [], []
+    try:
+        env = gpu_environment()
+        tune(
+            args.shapes.split(","),
+            layouts,
+            [int(m) for m in args.ms.split(",")],
+            args.replays,
+            lambda s: print(s, flush=True),
+            entries,
+            rows,
+            parts,
+            warps,
+        )
+    except KeyboardInterrupt as e:
+        signum = getattr(e, "signum", signal.SIGINT)
+        name = interrupts.signal_name(signum)
+        done = len({(r["shape"], r["layout"], r["layout_rt"], r["m"]) for r in rows})
+        saved = args.json and env is not None
+        kept = f"; the {done} finished (shape, layout, M) saved to {args.json}" if saved else ""
+        print(f"tune_matmul: interrupted ({name}): the table is not written{kept}", file=sys.stderr)
+        if saved:
+            write_json(args.json, env, entries, rows, interrupted=name)
+        return 128 + signum
+    if args.write:
+        write_table(args.write, entries, env, args.partial)
+    if args.json:
+        write_json(args.json, env, entries, rows)
+    return 0
+
+
+def gpu_environment():
+    """Initialise libpq2 on the GPU (warning when it is not a tuning build); the run's env."""
     from pyq2 import _native
     from pyq2.timing import environment
 
@@ -334,35 +398,31 @@ def main(argv=None):
             "table's kernels are compiled, the rest of the search space is refused",
             file=sys.stderr,
         )
-    env = environment()
-    layouts = [(a, int(b)) for a, b in (v.split(":") for v in args.layouts.split(","))]
-    entries, rows = tune(
-        args.shapes.split(","),
-        layouts,
-        [int(m) for m in args.ms.split(",")],
-        args.replays,
-        lambda s: print(s, flush=True),
-        parts,
-        warps,
-    )
-    if args.write:
-        write_table(args.write, entries, env, args.partial)
-    if args.json:
-        with open(args.json, "w") as f:
-            best = [
-                dict(
-                    layout=e[0],
-                    m_max=e[1],
-                    n=e[2],
-                    k=e[3],
-                    layout_rt=e[4],
-                    config=dict(zip(CONFIG_FIELDS, e[5], strict=False)),
-                    us=e[6],
-                )
-                for e in entries
-            ]
-            json.dump({"env": env, "rows": rows, "best": best}, f, indent=1)
-    return 0
+    return environment()
+
+
+def write_json(path, env, entries, rows, interrupted=None):
+    """The run's measurements (rows) and picks (best), whole or not at all (pyq2.output);
+    `interrupted` names the signal that cut the run short."""
+    from pyq2.output import atomic_output
+
+    best = [
+        dict(
+            layout=e[0],
+            m_max=e[1],
+            n=e[2],
+            k=e[3],
+            layout_rt=e[4],
+            config=dict(zip(CONFIG_FIELDS, e[5], strict=False)),
+            us=e[6],
+        )
+        for e in entries
+    ]
+    saved = {"env": env, "rows": rows, "best": best}
+    if interrupted:
+        saved["interrupted"] = interrupted
+    with atomic_output(path, force=True) as tmp, open(tmp, "w") as f:
+        json.dump(saved, f, indent=1)
 
 
 if __name__ == "__main__":
