@@ -76,6 +76,37 @@ __device__ __forceinline__ void lds_token_consts(uint32_t at, int (&c)[2], float
                  : "r"(at));
 }
 
+// Shared-memory loads at a 32-bit shared address (the sm_90a GEMM's consumer loop steps its
+// addresses itself); volatile, so they stay after the mbarrier wait that makes the bytes valid.
+__device__ __forceinline__ uint2 lds_u32x2(uint32_t at)
+{
+    uint2 v;
+    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(at) : "memory");
+    return v;
+}
+__device__ __forceinline__ uint32_t lds_u32(uint32_t at)
+{
+    uint32_t v;
+    asm volatile("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(at) : "memory");
+    return v;
+}
+__device__ __forceinline__ float4 lds_f32x4(uint32_t at)
+{
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0,%1,%2,%3}, [%4];"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w)
+                 : "r"(at)
+                 : "memory");
+    return v;
+}
+// Keeps a value in a register from here on: the compiler cannot recompute it (a loop's
+// loop-invariant addresses, which ptxas otherwise rematerialises in every iteration).
+template <bool PIN> __device__ __forceinline__ uint32_t pin_if(uint32_t v)
+{
+    if constexpr (PIN) asm volatile("" : "+r"(v));
+    return v;
+}
+
 // ---- tensor-core MMAs -----------------------------------------------------------------------
 
 // D = A(16x32 u8, row) * B(32x8 s8, col) + C, int32 exact.
@@ -171,8 +202,9 @@ __device__ __forceinline__ void bulk_copy2(uint64_t *bar, void *dst0, const void
 #endif
 }
 
-// Waits until the barrier's phase `parity` has completed (its bytes have landed).
-__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
+// Waits until the phase `parity` of the barrier at shared-memory address `bar` has completed (its
+// bytes have landed).
+__device__ __forceinline__ void mbar_wait_at(uint32_t bar, uint32_t parity)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("{\n"
@@ -180,7 +212,7 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
                  "WAIT:\n"
                  "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
                  "@!done bra WAIT;\n"
-                 "}\n" ::"r"(smem_u32(bar)),
+                 "}\n" ::"r"(bar),
                  "r"(parity)
                  : "memory");
 #else
@@ -188,14 +220,25 @@ __device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
 #endif
 }
 
-// One arrival (release: this thread's earlier accesses happen before the phase completes).
-__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+__device__ __forceinline__ void mbar_wait(uint64_t *bar, uint32_t parity)
+{
+    mbar_wait_at(smem_u32(bar), parity);
+}
+
+// One arrival at the barrier at shared-memory address `bar` (release: this thread's earlier
+// accesses happen before the phase completes).
+__device__ __forceinline__ void mbar_arrive_at(uint32_t bar)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_u32(bar)) : "memory");
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(bar) : "memory");
 #else
     (void)bar;
 #endif
+}
+
+__device__ __forceinline__ void mbar_arrive(uint64_t *bar)
+{
+    mbar_arrive_at(smem_u32(bar));
 }
 
 // The box of a 4-D tensor map at (x, y, z, w) into shared memory, completing its bytes on bar.

@@ -93,31 +93,40 @@ __device__ __forceinline__ void wgmma_u8s8(int (&d)[BN / 2], const uint32_t (&a)
 
 // Warp `sub`'s A fragments of the four planes. wgmma lane (gid, tq) takes K bytes tq*4..+3 and
 // 16+tq*4..+3 of a plane's 32 activation bytes; in the plane order those hold the codes of tiles
-// lane (gid, tq/2) (low or high half by tq's parity) and of lane (gid, 2 + tq/2).
-template <int BN>
-__device__ __forceinline__ void load_a(const wg_stage<BN> &st, int sub, int lane,
-                                       uint32_t (&a)[4][4])
+// lane (gid, tq/2) (low or high half by tq's parity) and of lane (gid, 2 + tq/2). at: the lane's
+// first 8 bytes in the stage (a_offset); the other 8 are 32 bytes on.
+template <int BN> __device__ __forceinline__ uint32_t a_offset(int sub, int lane)
 {
     const int gid = lane >> 2, tq = lane & 3;
-    const uint8_t *base = st.codes[sub] + gid * 64 + (tq & 1) * 8;
-    const uint2 lo = *reinterpret_cast<const uint2 *>(base + (tq >> 1) * 16);
-    const uint2 hi = *reinterpret_cast<const uint2 *>(base + (2 + (tq >> 1)) * 16);
+    return (uint32_t)(offsetof(wg_stage<BN>, codes) + sub * 512 + gid * 64 + (tq & 1) * 8 +
+                      (tq >> 1) * 16);
+}
+
+__device__ __forceinline__ void load_a(uint32_t at, uint32_t (&a)[4][4])
+{
+    const uint2 lo = lds_u32x2(at), hi = lds_u32x2(at + 32);
     plane_fragments<true>(make_uint4(lo.x, lo.y, hi.x, hi.y), a);
 }
 
-// acc += the group's products in d, with both scales (see the top of the file).
+// acc += the group's products in d, with both scales (see the top of the file). scales_at: the
+// lane's two rows' fp16 scales in the stage (scale_offset); tc_at: its first token pair's
+// constants in the group's column of the quad (the pairs of 8j + 2tq are 64 j bytes on).
+template <int BN> __device__ __forceinline__ uint32_t scale_offset(int sub, int lane)
+{
+    return (uint32_t)(offsetof(wg_stage<BN>, wscales) + sub * 32 + (lane >> 2) * 4);
+}
+
 template <int BN>
-__device__ __forceinline__ void promote(const wg_stage<BN> &st, const wg_quad<BN> &qd, int col,
-                                        int sub, int lane, const int (&d)[BN / 2],
+__device__ __forceinline__ void promote(uint32_t scales_at, uint32_t tc_at, const int (&d)[BN / 2],
                                         float (&acc)[BN / 2])
 {
-    const int gid = lane >> 2, tq = lane & 3;
-    row_scale w0, w1;
-    make_row_scales(st.wscales[sub], gid, w0, w1);
+    const uint32_t pair = lds_u32(scales_at);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&pair));
+    const row_scale w0 = make_row_scale(f.x), w1 = make_row_scale(f.y);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         // {d_x, kBias - 64 sum(q)} of tokens 8j + 2tq and 8j + 2tq + 1
-        const float4 t = *reinterpret_cast<const float4 *>(&qd.tc[col][8 * j + 2 * tq]);
+        const float4 t = lds_f32x4(tc_at + 64 * j);
         const int k0 = __float_as_int(t.y), k1 = __float_as_int(t.w);
         float *a = &acc[4 * j];
         const int *q = &d[4 * j];
@@ -272,26 +281,40 @@ consume(const pq2_gemm_problem &p, wg_stage<BN> *stages, const wg_quad<BN> *quad
     int d[BN / 2];
     uint32_t a[4][4];
     wg_segment sg;
-    int i = 0, r = 0;  // as in produce()
+    // The block's group i is in stage s = i % STAGES, phase (i / STAGES) & 1, and its quad in ring
+    // slot (q - 1) % kQuads after q quads (as in produce()): stepped, not divided, per group. The
+    // lane's shared-memory addresses are pinned (ptxas would recompute them in every group),
+    // except at 64 tokens, where two blocks per SM leave registers for the token constants'
+    // address only (pinning more spills).
+    constexpr bool kPin = BN != 64;
+    int s = 0, slot = kQuads - 1;
+    uint32_t phase = 0;
+    const uint32_t full0 = pin_if<kPin>(smem_u32(full)), empty0 = pin_if<kPin>(smem_u32(empty));
+    const uint32_t stage0 = pin_if<kPin>(smem_u32(stages));
+    const uint32_t a0 = pin_if<kPin>(stage0 + a_offset<BN>(warp, lane));
+    const uint32_t scales0 = pin_if<kPin>(stage0 + scale_offset<BN>(warp, lane));
+    const uint32_t tc0 = pin_if<true>(smem_u32(&quads[0].tc[0][2 * (lane & 3)]));
+    constexpr uint32_t kStage = sizeof(wg_stage<BN>), kQuadBytes = sizeof(wg_quad<BN>);
     while (segs.next(p, sg)) {
 #pragma unroll
         for (int j = 0; j < BN / 2; ++j) acc[j] = 0.0f;
-        for (int g = sg.g0; g < sg.g1; ++g, ++i) {
-            const int s = i % STAGES;
-            if (g % kQuad == 0 || g == sg.g0) ++r;  // this group's quad is r - 1
-            mbar_wait(&full[s], (uint32_t)(i / STAGES) & 1u);
-            const wg_stage<BN> &st = stages[s];
-            load_a(st, warp, lane, a);
-            const uint64_t desc = wgmma_desc_sw128(smem_u32(st.q8));
+        for (int g = sg.g0; g < sg.g1; ++g) {
+            if ((g & (kQuad - 1)) == 0 || g == sg.g0) slot = slot == kQuads - 1 ? 0 : slot + 1;
+            mbar_wait_at(full0 + 8 * s, phase);
+            const uint32_t so = s * kStage;
+            load_a(a0 + so, a);
+            const uint64_t desc = wgmma_desc_sw128(stage0 + so);
             wgmma_fence();
 #pragma unroll
             for (int k = 0; k < 4; ++k) wgmma_u8s8<BN>(d, a[k], desc + 2 * k, k > 0);
             wgmma_commit();
             wgmma_wait<0>();
             pin_all(d);
-            promote(st, quads[(r - 1) % kQuads], g % kQuad, warp, lane, d, acc);
+            promote<BN>(scales0 + so, tc0 + slot * kQuadBytes + (g & (kQuad - 1)) * (BN * 8), d,
+                        acc);
             __syncwarp();
-            if (lane == 0) mbar_arrive(&empty[s]);
+            if (lane == 0) mbar_arrive_at(empty0 + 8 * s);
+            if (++s == STAGES) s = 0, phase ^= 1;
         }
         end(sg, acc);
     }
