@@ -123,30 +123,42 @@ def test_instance_list_matches_the_table():
 
 
 def interrupted_tune(monkeypatch, tmp_path, table):
-    """Runs tune_matmul.main in-process with the GPU parts replaced: one (shape, M) finishes,
-    then SIGTERM arrives during the next. Returns (exit status, the --json path)."""
+    """Runs tune_matmul.main in-process on fake timings (no GPU): shape out, tiles rt 2, M = 8
+    and 16; a real SIGTERM arrives during M = 16's third configuration. Returns (exit status,
+    the --json path, M = 8's fastest configuration and time)."""
+    import os
     import signal
-
-    from pyq2.errors import Interrupted
+    import types
 
     monkeypatch.syspath_prepend(str(TUNE.parent))
     import tune_matmul
 
-    env = {"date": "2026-02-02T00:00:00+00:00", "nvidia_smi": "GPU, drv", "commit": "ccccccc"}
-    finished = (1, 2, 0, 4, 1, 1, 4, 0)
+    calls = {"m16": 0}
 
-    def fake_tune(shapes, layouts, ms, replays, log, entries, rows, parts, warps):
-        at = {"shape": "out", "layout": "tiles", "layout_rt": 2, "m": 8}
-        rows.append({**at, "config": dict(zip(CONFIG_FIELDS, finished, strict=True)), "us": 6.5})
-        entries.append(("tiles", 8, 5120, 6144, 2, finished, 6.5))
-        raise Interrupted(signal.SIGTERM)  # during the next (shape, M): nothing of it kept
+    def time_pq2(ws, m, config, replays):
+        if m == 16:
+            calls["m16"] += 1
+            if calls["m16"] == 3:
+                os.kill(os.getpid(), signal.SIGTERM)  # the installed handler raises here
+        if config is None:
+            return 99.0  # the table's configuration
+        return 5.0 + config.warps + 0.1 * config.unroll  # fewest warps, then unroll 1: fastest
 
-    monkeypatch.setattr(tune_matmul, "gpu_environment", lambda: env)
-    monkeypatch.setattr(tune_matmul, "tune", fake_tune)
-    out = tmp_path / "tune.json"
-    status = tune_matmul.main(
-        ["--ms", "8,16", "--layouts", "tiles:2", "--json", str(out), "--write", str(table)]
+    bench = types.SimpleNamespace(
+        copies_for=lambda b: 1, resident=lambda *a: None, time_pq2=time_pq2
     )
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(empty_cache=lambda: None))
+    monkeypatch.setitem(sys.modules, "bench_matmul", bench)
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    env = {"date": "2026-02-02T00:00:00+00:00", "nvidia_smi": "GPU, drv", "commit": "ccccccc"}
+    monkeypatch.setattr(tune_matmul, "gpu_environment", lambda: env)
+    out = tmp_path / "tune.json"
+    before = signal.getsignal(signal.SIGTERM)
+    status = tune_matmul.main(
+        ["--shapes", "out", "--ms", "8,16", "--layouts", "tiles:2", "--json", str(out), "--write",
+         str(table)]
+    )  # fmt: skip
+    assert signal.getsignal(signal.SIGTERM) is before  # the tuner's handlers are gone again
     return status, out
 
 
@@ -160,18 +172,26 @@ def test_an_interrupted_tune_keeps_what_finished_and_leaves_the_table(
     assert "interrupted (SIGTERM): the table is not written" in capsys.readouterr().err
     saved = json.loads(out.read_text())
     assert saved["interrupted"] == "SIGTERM"
-    assert [(r["shape"], r["m"], r["us"]) for r in saved["rows"]] == [("out", 8, 6.5)]
+    assert {r["m"] for r in saved["rows"]} == {8}  # M = 16 was cut short: none of it kept
+    assert len(saved["rows"]) > 2
     assert [b["m_max"] for b in saved["best"]] == [8]
     assert not list(tmp_path.glob(".*.tmp"))  # no staging directory left behind
 
 
 def test_an_interrupted_tune_is_re_picked_only_with_partial(monkeypatch, tmp_path, table):
     _, out = interrupted_tune(monkeypatch, tmp_path, table)
+    saved = json.loads(out.read_text())
     before = table.read_text()
     r = run(TUNE, "--from-json", out, "--write", table)
     assert r.returncode == 2 and "was interrupted (SIGTERM)" in r.stderr, r.stderr
     assert table.read_text() == before
     r = run(TUNE, "--from-json", out, "--write", table, "--partial")
     assert r.returncode == 0, r.stderr
-    new = "PQ2_TUNED(TILES, 8, 5120, 6144, 2, ROWBLOCK, 2, 0, 4, 1, 1, 4, 0)  // 6.5 us"
-    assert entries(table.read_text()) == [OLD[0], OLD[1], new, OLD[3], FALLBACK[1]]
+    best = saved["best"][0]
+    new = [e for e in entries(table.read_text()) if e.startswith("PQ2_TUNED(TILES, 8, 5120, 6144")]
+    c = best["config"]
+    assert new == [
+        f"PQ2_TUNED(TILES, 8, 5120, 6144, 2, ROWBLOCK, {c['row_subtiles']}, 0, {c['warps']}, "
+        f"{c['unroll']}, {c['stages']}, {c['blocks']}, {c['splits']})  // {best['us']:.1f} us"
+    ]
+    assert c["warps"] == 2 and c["unroll"] == 1  # the fake timings' fastest

@@ -15,9 +15,10 @@ build of libpq2 (cmake -DPQ2_TUNING_KERNELS=ON: every configuration of the searc
 afterwards: the table is compiled in. --from-json re-picks the entries of a saved tune without a
 GPU; --partial replaces only the (layout, M bucket, shape) entries tuned in this run.
 
-A signal (Ctrl-C, SIGTERM from `timeout`) stops the run without writing the table; with --json
-the measurements of every (shape, layout, M) finished by then are saved, marked "interrupted",
-for --from-json --partial to re-pick. The run exits with 128 + the signal's number.
+A signal (Ctrl-C, SIGTERM from `timeout`) stops the run with exit status 128 + its number. During
+the timing no table is written; with --json the measurements of every (shape, layout, M) finished
+by then are saved, marked "interrupted", for --from-json --partial to re-pick. The table and the
+kernel list derived from it are each written whole, and both or neither.
 """
 
 from __future__ import annotations
@@ -179,6 +180,8 @@ def tune(shapes, layouts, ms, replays, log, entries, rows, parts=SEARCH_CHOICES,
                     )
                     cands.append((us, c))
                 kept = picks(cands)
+                entries += [(layout, m, n, k, layout_rt, c, us) for us, c in kept]
+                rows += measured
                 best = kept[0]
                 current = f"{time_pq2(ws, m, None, replays=replays):.1f} us"
                 gbs = pq2_bytes(n, k) / (best[0] * 1e-6) / 1e9
@@ -187,8 +190,6 @@ def tune(shapes, layouts, ms, replays, log, entries, rows, parts=SEARCH_CHOICES,
                     f"({gbs:5.0f} GB/s) {dict(zip(CONFIG_FIELDS, best[1], strict=True))}  "
                     f"(table now {current})"
                 )
-                entries += [(layout, m, n, k, layout_rt, c, us) for us, c in kept]
-                rows += measured
             del ws
             torch.cuda.empty_cache()
 
@@ -268,14 +269,24 @@ def entries_from_json(path):
 
 
 def write_table(path, entries, env, partial, source=""):
+    """Writes the table and, for the product's table, the compiled kernel list derived from it:
+    each file whole or not at all (pyq2.output), and both or neither (a signal waits)."""
+    from pyq2 import interrupts
+    from pyq2.output import atomic_output
+
     with open(path) as f:
         old = f.read()
     note = f"{env['nvidia_smi']}, {env['date'][:10]}, commit {env['commit']}{source}"
-    with open(path, "w") as f:
-        f.write(render_table(old, entries, note, partial))
-    keys = instances.product_keys(instances.table_entries(open(path).read()))
+    text = render_table(old, entries, note, partial)
+    files = [(path, text)]
     if os.path.abspath(path) == str(instances.TABLE):
-        instances.PRODUCT.write_text(instances.render(keys))
+        keys = instances.product_keys(instances.table_entries(text))
+        files.append((str(instances.PRODUCT), instances.render(keys)))
+    with interrupts.deferred():
+        for out, content in files:
+            with atomic_output(out, force=True) as tmp, open(tmp, "w") as f:
+                f.write(content)
+    if len(files) > 1:
         print(f"wrote {path} and {instances.PRODUCT}: {len(keys)} kernels; rebuild libpq2")
 
 
@@ -320,32 +331,40 @@ def main(argv=None):
     parts = tuple(args.search.split(","))
     if any(p not in SEARCH_CHOICES for p in parts):
         ap.error(f"--search {args.search!r}: choose from {', '.join(SEARCH_CHOICES)}")
-    if args.from_json:
-        entries, env, interrupted = entries_from_json(args.from_json)
-        if interrupted and args.write and not args.partial:
-            ap.error(
-                f"--from-json {args.from_json}: that tune was interrupted ({interrupted}) and "
-                "holds only part of the search; a full --write would drop every entry it lacks "
-                "(add --partial)"
-            )
-        where = os.path.relpath(os.path.abspath(args.from_json), ROOT)
-        if args.write:
-            write_table(args.write, entries, env, args.partial, f", re-picked from {where}")
-        for e in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[1])):
-            print(
-                f"{e[0]} n={e[2]} k={e[3]} M<={e[1]}: "
-                f"{dict(zip(CONFIG_FIELDS, e[5], strict=True))} {e[6]:.1f} us"
-            )
-        return 0
-
     from pyq2 import interrupts
 
     installed = interrupts.install()
     try:
+        if args.from_json:
+            return repick(ap, args)
         return tune_and_write(args, parts, warps)
+    except KeyboardInterrupt as e:  # a signal outside the tuning loop (tune_and_write's own)
+        signum = getattr(e, "signum", signal.SIGINT)
+        print(f"tune_matmul: interrupted ({interrupts.signal_name(signum)})", file=sys.stderr)
+        return 128 + signum
     finally:
         if installed:
             interrupts.uninstall()
+
+
+def repick(ap, args):
+    """--from-json: the saved tune's picks, written to --write and printed."""
+    entries, env, interrupted = entries_from_json(args.from_json)
+    if interrupted and args.write and not args.partial:
+        ap.error(
+            f"--from-json {args.from_json}: that tune was interrupted ({interrupted}) and "
+            "holds only part of the search; a full --write would drop every entry it lacks "
+            "(add --partial)"
+        )
+    where = os.path.relpath(os.path.abspath(args.from_json), ROOT)
+    if args.write:
+        write_table(args.write, entries, env, args.partial, f", re-picked from {where}")
+    for e in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[1])):
+        print(
+            f"{e[0]} n={e[2]} k={e[3]} M<={e[1]}: "
+            f"{dict(zip(CONFIG_FIELDS, e[5], strict=True))} {e[6]:.1f} us"
+        )
+    return 0
 
 
 def tune_and_write(args, parts, warps):
@@ -374,6 +393,8 @@ def tune_and_write(args, parts, warps):
         done = len({(r["shape"], r["layout"], r["layout_rt"], r["m"]) for r in rows})
         saved = args.json and env is not None
         kept = f"; the {done} finished (shape, layout, M) saved to {args.json}" if saved else ""
+        if args.json and env is None:
+            kept = f"; nothing was measured, {args.json} is not written"
         print(f"tune_matmul: interrupted ({name}): the table is not written{kept}", file=sys.stderr)
         if saved:
             write_json(args.json, env, entries, rows, interrupted=name)

@@ -284,8 +284,8 @@ consume(const pq2_gemm_problem &p, wg_stage<BN> *stages, const wg_quad<BN> *quad
     // The block's group i is in stage s = i % STAGES, phase (i / STAGES) & 1, and its quad in ring
     // slot (q - 1) % kQuads after q quads (as in produce()): stepped, not divided, per group. The
     // lane's shared-memory addresses are pinned (ptxas would recompute them in every group),
-    // except at 64 tokens, where two blocks per SM leave registers for the token constants'
-    // address only (pinning more spills).
+    // except at 64 tokens, where the tile grid's two blocks per SM leave registers for the token
+    // constants' address only (pinning more spills); the stream-K kernel shares that choice.
     constexpr bool kPin = BN != 64;
     int s = 0, slot = kQuads - 1;
     uint32_t phase = 0;

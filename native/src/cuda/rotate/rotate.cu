@@ -213,7 +213,7 @@ template <int MAXT> constexpr int kDefaultDepth = MAXT <= 256 ? 8 : 4;
 // MAXT: the threads of a block at most (E / 4): 256 up to E = 1024, else 1024. DEPTH: the
 // RMSNorm's loads of each of x and the residual in flight (256 threads: 8, a 5120-wide row in one
 // round trip, for grids that fit on the device at once; 2 for larger grids, where 8 would hold
-// 90-100 registers and let fewer blocks share a multiprocessor; 1024 threads: 4).
+// 90-104 registers and let fewer blocks share a multiprocessor; 1024 threads: 4).
 template <int SOURCE, int XD, bool Q8, int MAXT, int DEPTH = kDefaultDepth<MAXT>>
 __global__ void __launch_bounds__(MAXT)
     row_transform_kernel(const pq2_row_transform p, int32_t tiles, float rsqrt_b)
@@ -366,7 +366,8 @@ pq2_status pq2_row_transform_launch(const char *fn, const pq2_row_transform &t, 
 {
     const int64_t e = pq2_row_tile(t.width, t.log2b), tiles = t.width / e;
     const bool q8 = t.y == nullptr;  // no y: a Q8 sink
-    // blocks of the 8-deep RMSNorm kernel (up to 100 registers a thread) a multiprocessor holds
+    // blocks of the 8-deep RMSNorm kernel (90-104 registers a thread by dtype; 100 taken for all)
+    // a multiprocessor holds
     const int64_t per_sm = std::min<int64_t>(32, std::max<int64_t>(1, 65536 / (100 * (e / 4))));
     const bool large = t.m * tiles > per_sm * sms;
     if (t.m * tiles > INT32_MAX)
