@@ -111,7 +111,8 @@ __device__ __forceinline__ void compute_group(const stage<BM> &st, int wr, int w
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
         codes[r] = *reinterpret_cast<const uint4 *>(&st.codes[2 * wr + r][lane * 16]);
-        make_row_scales(st.wscales[2 * wr + r], gid, wsc[r][0], wsc[r][1]);
+        make_row_scales(*reinterpret_cast<const uint32_t *>(&st.wscales[2 * wr + r][2 * gid]),
+                        wsc[r][0], wsc[r][1]);
     }
     // the chain's start: kBias - 64 sum(q) of the lane's two tokens, rows gid and gid + 8
     int init[NT8][4];

@@ -120,9 +120,8 @@ template <int BN>
 __device__ __forceinline__ void promote(uint32_t scales_at, uint32_t tc_at, const int (&d)[BN / 2],
                                         float (&acc)[BN / 2])
 {
-    const uint32_t pair = lds_u32(scales_at);
-    const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&pair));
-    const row_scale w0 = make_row_scale(f.x), w1 = make_row_scale(f.y);
+    row_scale w0, w1;
+    make_row_scales(lds_u32(scales_at), w0, w1);
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j) {
         // {d_x, kBias - 64 sum(q)} of tokens 8j + 2tq and 8j + 2tq + 1

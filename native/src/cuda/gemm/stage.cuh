@@ -45,11 +45,10 @@ __device__ __forceinline__ row_scale make_row_scale(float dw)
 }
 
 // The promotion constants of a lane's two rows of a sub-tile, gid (first) and gid + 8 (second),
-// from the sub-tile's 16 fp16 scales in fragment order (those rows' at 2 gid and 2 gid + 1).
-__device__ __forceinline__ void make_row_scales(const uint16_t (&scales)[16], int gid,
-                                                row_scale &lo, row_scale &hi)
+// from their two fp16 scales as one word: the sub-tile's 16 scales are in fragment order, so
+// those rows' are at 2 gid and 2 gid + 1.
+__device__ __forceinline__ void make_row_scales(uint32_t pair, row_scale &lo, row_scale &hi)
 {
-    const uint32_t pair = *reinterpret_cast<const uint32_t *>(&scales[2 * gid]);
     const float2 f = __half22float2(*reinterpret_cast<const __half2 *>(&pair));
     lo = make_row_scale(f.x), hi = make_row_scale(f.y);
 }
