@@ -62,10 +62,11 @@ workspace_plan plan_workspace(const pq2_view &v, int64_t m, const pq2_matmul_con
 }
 
 // What every matmul entry point checks first: the weights, m, the output dtype, the
-// configuration (the caller's or the dispatcher's); fills v, cfg and the grid size.
+// configuration (the caller's or the dispatcher's); fills v, cfg, the grid size and the device's
+// facts.
 pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dtype,
                    const pq2_matmul_config *cfg_in, pq2_view *v, pq2_matmul_config *cfg,
-                   int64_t *blocks)
+                   int64_t *blocks, pq2_device *device)
 {
     PQ2_CHECK(pq2_view_of_weights(v, fn, "", w));
     if (v->layout != PQ2_LAYOUT_PLANES && v->layout != PQ2_LAYOUT_TILES)
@@ -79,8 +80,8 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
                              INT32_MAX);
     PQ2_CHECK(pq2_check_dtype(fn, "y_dtype", y_dtype));
     PQ2_CHECK_ALIGN(fn, w->data, 16);
-    pq2_device dev;
-    PQ2_CHECK(pq2_device_get(fn, &dev));
+    PQ2_CHECK(pq2_device_get(fn, device));
+    const pq2_device &dev = *device;
     *cfg = cfg_in ? *cfg_in : pq2_select_config(*v, m, dev.sms, dev.cc);
     if (!cfg_in && cfg->family == 0)
         return pq2_set_error(
@@ -110,12 +111,9 @@ pq2_status prepare(const char *fn, const pq2_weights *w, int64_t m, int32_t y_dt
 
 // The configuration the dispatcher gives where its sm_90a choice cannot run (a Q8 operand whose
 // scales or sums are not 16-byte aligned): the table as on a device without the sm_90a family.
-pq2_status portable_fallback(const char *fn, const pq2_view &v, int64_t m, pq2_matmul_config *cfg)
+pq2_matmul_config portable_fallback(const pq2_view &v, int64_t m, const pq2_device &dev)
 {
-    pq2_device dev;
-    PQ2_CHECK(pq2_device_get(fn, &dev));
-    *cfg = pq2_select_config(v, m, dev.sms, 0);
-    return PQ2_OK;
+    return pq2_select_config(v, m, dev.sms, 0);
 }
 
 pq2_status check_workspace(const char *fn, void *workspace, size_t bytes, size_t need)
@@ -130,11 +128,13 @@ pq2_status check_workspace(const char *fn, void *workspace, size_t bytes, size_t
     return PQ2_OK;
 }
 
-// A validated matmul call: weights, configuration, grid and the caller's workspace carved.
+// A validated matmul call: weights, configuration, grid, the device and the caller's workspace
+// carved.
 struct matmul_call {
     pq2_view v;
     pq2_matmul_config cfg;
     int64_t blocks;
+    pq2_device dev;
     workspace_plan plan;
     uint8_t *ws;
     uint32_t *bits;      // the bit-sliced q8 when the kernel reads it, else NULL
@@ -147,7 +147,7 @@ pq2_status begin_matmul(const char *fn, const pq2_weights *w, int64_t m, int32_t
                         const pq2_matmul_config *cfg_in, void *workspace, size_t workspace_bytes,
                         matmul_call *c)
 {
-    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &c->v, &c->cfg, &c->blocks));
+    PQ2_CHECK(prepare(fn, w, m, y_dtype, cfg_in, &c->v, &c->cfg, &c->blocks, &c->dev));
     c->plan = plan_workspace(c->v, m, c->cfg, c->blocks);
     PQ2_CHECK(check_workspace(fn, workspace, workspace_bytes, c->plan.total));
     c->ws = static_cast<uint8_t *>(workspace);
@@ -207,7 +207,8 @@ extern "C" PQ2_API pq2_status pq2_matmul_config_for(const pq2_weights *w, int64_
     PQ2_CHECK_PTR(fn, cfg);
     pq2_view v;
     int64_t blocks;
-    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, nullptr, &v, cfg, &blocks));
+    pq2_device dev;
+    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, nullptr, &v, cfg, &blocks, &dev));
     return pq2_ok();
 }
 
@@ -220,15 +221,13 @@ extern "C" PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, in
     pq2_view v;
     pq2_matmul_config cfg;
     int64_t blocks;
-    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, cfg_in, &v, &cfg, &blocks));
+    pq2_device dev;
+    PQ2_CHECK(prepare(fn, w, m, PQ2_DTYPE_F32, cfg_in, &v, &cfg, &blocks, &dev));
     *bytes = plan_workspace(v, m, cfg, blocks).total;
     if (!cfg_in && cfg.family == PQ2_FAMILY_GEMM_SM90) {
         // pq2_matmul_q8_cuda may fall back to the portable family (an operand whose scales or
         // sums are not 16-byte aligned): the workspace serves both.
-        pq2_matmul_config portable;
-        PQ2_CHECK(portable_fallback(fn, v, m, &portable));
-        pq2_device dev;
-        PQ2_CHECK(pq2_device_get(fn, &dev));
+        const pq2_matmul_config portable = portable_fallback(v, m, dev);
         const int64_t grid = pq2_gemm_grid(portable, v.n, v.k, m, dev.sms);
         const size_t other = plan_workspace(v, m, portable, grid).total;
         if (other > *bytes) *bytes = other;
@@ -288,10 +287,8 @@ extern "C" PQ2_API pq2_status pq2_matmul_cuda(const pq2_weights *w, const void *
     int32_t *sums = reinterpret_cast<int32_t *>(c.ws + c.plan.sums);
     // The bit-slice kernels (m == 1) read no q8: the quantiser writes none for them. It also
     // clears the arrival counters of split row blocks.
-    pq2_device dev;
-    PQ2_CHECK(pq2_device_get(fn, &dev));
     PQ2_CHECK(pq2_quantize_launch(fn, x, x_dtype, m, c.v.k, c.bits ? nullptr : q8, xs, sums, c.bits,
-                                  c.records, c.counters, c.n_counters, pq2_pdl_ok(), dev.sms, s));
+                                  c.records, c.counters, c.n_counters, pq2_pdl_ok(), c.dev.sms, s));
     PQ2_CHECK(run_matmul(fn, c, m, q8, xs, sums, y, y_dtype, pq2_pdl_ok(), s));
     return pq2_ok();
 }
@@ -316,8 +313,7 @@ extern "C" PQ2_API pq2_status pq2_matmul_q8_cuda(const pq2_weights *w, const pq2
                                  "%s: x->scales %p and x->sums %p must be 16-byte aligned for "
                                  "PQ2_FAMILY_GEMM_SM90",
                                  fn, (const void *)in.scales, (const void *)in.sums);
-        pq2_matmul_config portable;
-        PQ2_CHECK(portable_fallback(fn, c.v, m, &portable));
+        const pq2_matmul_config portable = portable_fallback(c.v, m, c.dev);
         PQ2_CHECK(begin_matmul(fn, w, m, y_dtype, &portable, workspace, workspace_bytes, &c));
     }
     cudaStream_t s = static_cast<cudaStream_t>(stream);
