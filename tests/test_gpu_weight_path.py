@@ -280,6 +280,25 @@ def test_get_rows_and_dequantize(layout, rt):
     assert rel_rms(f64(inv), ref) <= ROT_TOL[torch.float32]
 
 
+@pytest.mark.parametrize("layout,rt", [("raw", 0), ("planes", 0), ("tiles", 1), ("tiles", 4)])
+@pytest.mark.parametrize("n,k", [(37, 128), (65, 2176), (3, 4224)])
+def test_dequantize_every_dtype(layout, rt, n, k):
+    # k below, off and above the kernel's 2048-element chunks; rows off every tile height; the
+    # output poisoned first; bf16 and f16 round the exact f32 values to nearest even
+    r = rng("dequantize", layout, n, k)
+    raw = formats.pq2_quantize(r.standard_normal((n, k)) * 3.0)
+    w = PQ2Weights.from_host(raw, n, k, layout, rt)
+    dense = torch.from_numpy(formats.pq2_dequantize(raw, n, k))
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        out = torch.full((n, k), float("nan"), dtype=dtype, device="cuda")
+        got = w.dequantize(out=out)
+        assert got.data_ptr() == out.data_ptr()
+        assert torch.equal(
+            got.cpu().view(torch.int16 if dtype != torch.float32 else torch.int32),
+            dense.to(dtype).view(torch.int16 if dtype != torch.float32 else torch.int32),
+        )
+
+
 # ---- folding: rotate, then the PQ2 matmul, equals the unfolded weights ---------------------
 
 

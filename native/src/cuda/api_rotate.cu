@@ -1,7 +1,9 @@
 // api_rotate.cu - the CUDA entry points of the rest of the weight path (pq2.h): the rotation,
 // the fused producers of the Q8 operand, rows of a weight matrix and dequantisation. Each checks
-// its arguments, then fills one row transform (rotate/rotate.h) and launches it.
+// its arguments, then fills one row transform (rotate/rotate.h) and launches it; dequantisation
+// has a kernel of its own (dequantize/dequantize.h).
 #include "device.h"
+#include "dequantize/dequantize.h"
 #include "dtypes.cuh"
 #include "launch.cuh"
 #include "quantize/quantize.h"
@@ -201,12 +203,13 @@ extern "C" PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *ou
                                                   int32_t out_dtype, void *stream)
 {
     static const char fn[] = "pq2_dequantize_cuda";
-    pq2_row_transform t{};
-    PQ2_CHECK(pq2_view_of_weights(&t.w, fn, "", w));
+    pq2_view v;
+    PQ2_CHECK(pq2_view_of_weights(&v, fn, "", w));
     PQ2_CHECK_PTR(fn, out);
     PQ2_CHECK(pq2_check_dtype(fn, "out_dtype", out_dtype));
     PQ2_CHECK_ALIGN(fn, out, 16);
-    t.source = PQ2_SOURCE_WEIGHTS, t.ids = nullptr;
-    t.y = out, t.y_dtype = out_dtype, t.m = t.w.n, t.width = t.w.k;
-    return launch(fn, t, stream);
+    pq2_device dev;
+    PQ2_CHECK(pq2_device_get(fn, &dev));
+    PQ2_CHECK(pq2_dequantize_launch(fn, v, out, out_dtype, static_cast<cudaStream_t>(stream)));
+    return pq2_ok();
 }

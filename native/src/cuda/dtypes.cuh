@@ -34,6 +34,32 @@ __device__ __forceinline__ void pq2_store_from_f32(void *p, size_t i, int dtype,
     }
 }
 
+// Elements i..i+3 of an output row in one 8- or 16-byte store (i is a multiple of 4, the buffer
+// 16-byte aligned: the entry points check it), each rounded as pq2_store_from_f32 rounds it. __stwb
+// is a plain (write-back) store that the compiler keeps whole; a vector assignment it splits
+// into 4-byte stores.
+__device__ __forceinline__ void pq2_store4(void *base, int32_t dtype, int64_t i,
+                                           const float (&v)[4])
+{
+    if (dtype == PQ2_DTYPE_F16 || dtype == PQ2_DTYPE_BF16) {
+        uint32_t lo, hi;
+        if (dtype == PQ2_DTYPE_F16) {
+            const __half2 a = __floats2half2_rn(v[0], v[1]), b = __floats2half2_rn(v[2], v[3]);
+            lo = *reinterpret_cast<const uint32_t *>(&a),
+            hi = *reinterpret_cast<const uint32_t *>(&b);
+        } else {
+            const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]),
+                                 b = __floats2bfloat162_rn(v[2], v[3]);
+            lo = *reinterpret_cast<const uint32_t *>(&a),
+            hi = *reinterpret_cast<const uint32_t *>(&b);
+        }
+        __stwb(reinterpret_cast<uint2 *>(static_cast<uint16_t *>(base) + i), make_uint2(lo, hi));
+    } else {
+        __stwb(reinterpret_cast<float4 *>(static_cast<float *>(base) + i),
+               make_float4(v[0], v[1], v[2], v[3]));
+    }
+}
+
 // The four x values at p (element i of the lane's row), as floats.
 template <int DTYPE> __device__ __forceinline__ void pq2_load4(const void *p, float (&v)[4])
 {

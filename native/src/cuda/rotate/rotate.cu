@@ -34,31 +34,6 @@ __device__ __forceinline__ const void *elem(const void *base, int32_t dtype, int
     return static_cast<const char *>(base) + i * (int64_t)pq2_dtype_bytes(dtype);
 }
 
-// Elements i..i+3 of an output row in one 8- or 16-byte store (i is a multiple of 4 and every
-// output 16-byte aligned: api_rotate.cu), each rounded as pq2_store_from_f32 rounds it. __stwb
-// is a plain (write-back) store that the compiler keeps whole; a vector assignment it splits
-// into 4-byte stores.
-__device__ __forceinline__ void store4(void *base, int32_t dtype, int64_t i, const float (&v)[4])
-{
-    if (dtype == PQ2_DTYPE_F16 || dtype == PQ2_DTYPE_BF16) {
-        uint32_t lo, hi;
-        if (dtype == PQ2_DTYPE_F16) {
-            const __half2 a = __floats2half2_rn(v[0], v[1]), b = __floats2half2_rn(v[2], v[3]);
-            lo = *reinterpret_cast<const uint32_t *>(&a),
-            hi = *reinterpret_cast<const uint32_t *>(&b);
-        } else {
-            const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]),
-                                 b = __floats2bfloat162_rn(v[2], v[3]);
-            lo = *reinterpret_cast<const uint32_t *>(&a),
-            hi = *reinterpret_cast<const uint32_t *>(&b);
-        }
-        __stwb(reinterpret_cast<uint2 *>(static_cast<uint16_t *>(base) + i), make_uint2(lo, hi));
-    } else {
-        __stwb(reinterpret_cast<float4 *>(static_cast<float *>(base) + i),
-               make_float4(v[0], v[1], v[2], v[3]));
-    }
-}
-
 // The sum of every thread's v over the block, the same in every thread: a fixed order (warp
 // shuffles, then the warps' sums in warp order), so every block of a row gets the same bits.
 __device__ __forceinline__ float block_sum(float v, float *red)
@@ -85,10 +60,10 @@ template <int XD>
 __device__ __forceinline__ void norm_elements(const pq2_row_transform &p, int64_t row, int64_t e,
                                               float scale, const float (&w)[4], float (&v)[4])
 {
-    if (p.h_out) store4(p.h_out, XD, row * p.width + e, v);
+    if (p.h_out) pq2_store4(p.h_out, XD, row * p.width + e, v);
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = v[j] * scale * w[j];
-    if (p.normed) store4(p.normed, p.normed_dtype, row * p.width + e, v);
+    if (p.normed) pq2_store4(p.normed, p.normed_dtype, row * p.width + e, v);
 }
 
 // Element e..e+3 of row `row` of the source, as floats. IN_FLIGHT: loads issued together by the
@@ -160,8 +135,8 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
             }
         }
         norm_elements<XD>(p, row, e, rms_scale(p, ss, red), w, v);
-    } else {  // PQ2_SOURCE_WEIGHTS: row ids[row] (or row); an id out of range gives NaN
-        const int64_t id = p.ids ? (int64_t)p.ids[row] : row;
+    } else {  // PQ2_SOURCE_WEIGHTS: row ids[row]; an id out of range gives NaN
+        const int64_t id = p.ids[row];
         if (id < 0 || id >= p.w.n) {
 #pragma unroll
             for (int j = 0; j < 4; ++j) v[j] = __int_as_float(0x7fc00000);
@@ -203,7 +178,7 @@ __device__ __forceinline__ void finish(const pq2_row_transform &p, float (&v)[4]
         q8_store_group(v, threadIdx.x & 31, row, g, task, p.m, p.width, p.q8, p.scales, p.sums,
                        p.bits, p.records);
     } else {
-        store4(p.y, p.y_dtype, row * p.width + e, v);
+        pq2_store4(p.y, p.y_dtype, row * p.width + e, v);
     }
 }
 

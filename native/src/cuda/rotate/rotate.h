@@ -33,7 +33,7 @@ struct pq2_row_transform {
     int32_t normed_dtype;
     // PERMUTE: V heads nv (0: no permutation), K heads nk, head width hd = width / nv
     int32_t nv, nk;
-    // WEIGHTS: the matrix (device data) and the row ids [m] (NULL: rows 0..m-1)
+    // WEIGHTS: the matrix (device data) and the row ids [m]
     pq2_view w;
     const int32_t *ids;
     // the rotation: B = 2^log2b (log2b 0: none), signs [width] or NULL, inverse
