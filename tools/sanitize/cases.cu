@@ -252,8 +252,13 @@ int main()
                                             PQ2_DTYPE_F32, &rot, nullptr));
         void *dense = device_bytes(160 * 384 * 2, false);
         check("dequantize", pq2_dequantize_cuda(&planes, dense, PQ2_DTYPE_BF16, nullptr));
+        check("dequantize tiles", pq2_dequantize_cuda(&tiles, dense, PQ2_DTYPE_F16, nullptr));
+        // raw blocks (2-byte aligned code words), k past one 2048-element chunk, f32
+        const pq2_weights raw = weights(37, 2176, PQ2_LAYOUT_RAW, 0);
+        void *dense_raw = device_bytes(37 * 2176 * 4, false);
+        check("dequantize raw", pq2_dequantize_cuda(&raw, dense_raw, PQ2_DTYPE_F32, nullptr));
         cuda_check("lookup", cudaDeviceSynchronize());
-        for (void *p : {ids, out, dense}) cudaFree(p);
+        for (void *p : {ids, out, dense, dense_raw, const_cast<void *>(raw.data)}) cudaFree(p);
     }
     std::printf("%s: %d failing calls\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
