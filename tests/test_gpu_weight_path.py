@@ -283,20 +283,23 @@ def test_get_rows_and_dequantize(layout, rt):
 @pytest.mark.parametrize("layout,rt", [("raw", 0), ("planes", 0), ("tiles", 1), ("tiles", 4)])
 @pytest.mark.parametrize("n,k", [(37, 128), (65, 2176), (3, 4224)])
 def test_dequantize_every_dtype(layout, rt, n, k):
-    # k below, off and above the kernel's 2048-element chunks; rows off every tile height; the
-    # output poisoned first; bf16 and f16 round the exact f32 values to nearest even
+    # every code (3 included), fp16 scales of every magnitude (f16 overflows to inf past 32752 at
+    # code 3, bf16 rounds to nearest even); k below, off and above the kernel's 2048-element
+    # chunks; rows off every tile height; the output poisoned, with a poisoned guard band after it
     r = rng("dequantize", layout, n, k)
-    raw = formats.pq2_quantize(r.standard_normal((n, k)) * 3.0)
-    w = PQ2Weights.from_host(raw, n, k, layout, rt)
-    dense = torch.from_numpy(formats.pq2_dequantize(raw, n, k))
+    codes = r.integers(0, 4, (n * k // 128, 128), dtype=np.uint8)
+    d = (2.0 ** r.uniform(-14, 15.9, n * k // 128)).astype(np.float16) * r.choice(
+        [-1, 1], n * k // 128
+    )
+    raw = formats.pq2_pack(codes, d)
+    w = PQ2Weights.from_host(raw.reshape(-1), n, k, layout, rt)
+    dense = torch.from_numpy(formats.pq2_dequantize(raw.reshape(-1), n, k))
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
-        out = torch.full((n, k), float("nan"), dtype=dtype, device="cuda")
-        got = w.dequantize(out=out)
-        assert got.data_ptr() == out.data_ptr()
-        assert torch.equal(
-            got.cpu().view(torch.int16 if dtype != torch.float32 else torch.int32),
-            dense.to(dtype).view(torch.int16 if dtype != torch.float32 else torch.int32),
-        )
+        bits = torch.int32 if dtype == torch.float32 else torch.int16
+        buf = torch.full((n * k + 64,), float("nan"), dtype=dtype, device="cuda")
+        got = w.dequantize(out=buf[: n * k].view(n, k))
+        assert torch.equal(got.cpu().view(bits), dense.to(dtype).view(bits)), dtype
+        assert torch.isnan(buf[n * k :]).all()
 
 
 # ---- folding: rotate, then the PQ2 matmul, equals the unfolded weights ---------------------
@@ -432,3 +435,26 @@ def test_bad_arguments_return_status():
         _ffi.cast("void *", x.data_ptr()), 0, 2, 1024, _ffi.NULL, 0, 0, _ffi.NULL, _ffi.NULL
     )
     assert _ffi.string(_lib.pq2_status_name(st)) == b"PQ2_ERR_NULL_POINTER"
+    # weights not 16-byte aligned are refused by the weight readers, nothing launched
+    raw = formats.pq2_quantize(rng("align").standard_normal((16, 256)))
+    w = PQ2Weights.from_host(raw, 16, 256, "planes")
+    out = torch.full((16, 256), float("nan"), device="cuda")
+    ws = w.struct()
+    ws.data = _ffi.cast("void *", w.data.data_ptr() + 4)
+    ids = torch.zeros(1, dtype=torch.int32, device="cuda")
+    for st in (
+        _lib.pq2_dequantize_cuda(ws, _ffi.cast("void *", out.data_ptr()), 0, _ffi.NULL),
+        _lib.pq2_get_rows_cuda(
+            ws,
+            _ffi.cast("int32_t *", ids.data_ptr()),
+            1,
+            _ffi.cast("void *", out.data_ptr()),
+            0,
+            _ffi.NULL,
+            _ffi.NULL,
+        ),
+    ):
+        assert _ffi.string(_lib.pq2_status_name(st)) == b"PQ2_ERR_ALIGNMENT"
+        assert "16-byte" in _ffi.string(_lib.pq2_last_error()).decode()
+    torch.cuda.synchronize()
+    assert torch.isnan(out).all()

@@ -316,14 +316,15 @@ PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, int64_t m, i
                                       const pq2_rotation *rot, int32_t v_heads, int32_t k_heads,
                                       const pq2_q8 *out, void *stream);
 
-/* out[i][k] = row ids[i] of W (any layout, device memory) dequantised, then, when rot is not
- * NULL, its inverse rotation s * (H_B z) (the token embedding of a folded file). out f32, f16 or
- * bf16, 16-byte aligned. An id outside 0..N-1 gives a row of NaN. */
+/* out[i][k] = row ids[i] of W (any layout, device memory, 16-byte aligned) dequantised, then,
+ * when rot is not NULL, its inverse rotation s * (H_B z) (the token embedding of a folded file).
+ * out f32, f16 or bf16, 16-byte aligned. An id outside 0..N-1 gives a row of NaN. */
 PQ2_API pq2_status pq2_get_rows_cuda(const pq2_weights *w, const int32_t *ids, int64_t n_ids,
                                      void *out, int32_t out_dtype, const pq2_rotation *rot,
                                      void *stream);
 /* out[N][K] = W (any layout, device memory) dequantised: (code - 1) * d, exact in every dtype
- * that holds the value (f32 always). */
+ * that holds the value (f32 always), else rounded to nearest even. W's data and out 16-byte
+ * aligned; K at most 65535 * 2048. */
 PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *out, int32_t out_dtype,
                                        void *stream);
 

@@ -186,6 +186,7 @@ extern "C" PQ2_API pq2_status pq2_get_rows_cuda(const pq2_weights *w, const int3
     static const char fn[] = "pq2_get_rows_cuda";
     pq2_row_transform t{};
     PQ2_CHECK(pq2_view_of_weights(&t.w, fn, "", w));
+    PQ2_CHECK_ALIGN(fn, w->data, 16);
     PQ2_CHECK_PTR(fn, ids);
     PQ2_CHECK_PTR(fn, out);
     PQ2_CHECK(pq2_check_dtype(fn, "out_dtype", out_dtype));
@@ -205,6 +206,7 @@ extern "C" PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *ou
     static const char fn[] = "pq2_dequantize_cuda";
     pq2_view v;
     PQ2_CHECK(pq2_view_of_weights(&v, fn, "", w));
+    PQ2_CHECK_ALIGN(fn, w->data, 16);
     PQ2_CHECK_PTR(fn, out);
     PQ2_CHECK(pq2_check_dtype(fn, "out_dtype", out_dtype));
     PQ2_CHECK_ALIGN(fn, out, 16);

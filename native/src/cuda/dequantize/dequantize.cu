@@ -1,8 +1,9 @@
 // dequantize.cu - the dense copy of a PQ2_0 matrix (dequantize.h). A thread writes 16
-// consecutive elements of a row: one 4-byte word of a block's codes (qs[b..b+3], b a multiple
-// of 4, contiguous in every layout; word-aligned except in raw blocks of 34 bytes) and the
-// block's scale. A block of 128 threads covers 2048 elements of one row (grid x: rows, y:
-// 2048-element chunks), so a warp stores 512 consecutive elements of a row.
+// consecutive elements of a row from one 4-byte word of a block's codes (qs[b..b+3], b a
+// multiple of 4: contiguous in every layout, and word-aligned, the data being 16-byte aligned,
+// except in raw blocks of 34 bytes) and the block's scale. A block of 128 threads covers 2048
+// elements of one row (grid x: rows, y: 2048-element chunks), so a warp stores 512 consecutive
+// elements of a row.
 #include <cuda_fp16.h>
 
 #include "dequantize/dequantize.h"
@@ -44,8 +45,9 @@ pq2_status pq2_dequantize_launch(const char *fn, const pq2_view &w, void *out, i
 {
     const int64_t chunks = (w.k + kThreads * kPerThread - 1) / (kThreads * kPerThread);
     if (w.n > INT32_MAX || chunks > 65535)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: n=%lld k=%lld: too large for one grid", fn,
-                             (long long)w.n, (long long)w.k);
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: n=%lld k=%lld: one grid holds n <= 2^31 - 1 and k <= 65535 * %d",
+                             fn, (long long)w.n, (long long)w.k, kThreads * kPerThread);
     const dim3 grid((unsigned)w.n, (unsigned)chunks);
     pq2_launch l(grid, kThreads, 0, stream, false);
     switch (out_dtype) {
