@@ -34,30 +34,31 @@ __device__ __forceinline__ void pq2_store_from_f32(void *p, size_t i, int dtype,
     }
 }
 
+// Two values as one 32-bit word of a 16-bit dtype (f16, else bf16), each rounded to nearest even
+// as pq2_store_from_f32 rounds it.
+__device__ __forceinline__ uint32_t pq2_pack2(int32_t dtype, float a, float b)
+{
+    if (dtype == PQ2_DTYPE_F16) {
+        const __half2 h = __floats2half2_rn(a, b);
+        return *reinterpret_cast<const uint32_t *>(&h);
+    }
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const uint32_t *>(&h);
+}
+
 // Elements i..i+3 of an output row in one 8- or 16-byte store (i is a multiple of 4, the buffer
-// 16-byte aligned: the entry points check it), each rounded as pq2_store_from_f32 rounds it. __stwb
-// is a plain (write-back) store that the compiler keeps whole; a vector assignment it splits
-// into 4-byte stores.
+// 16-byte aligned: the entry points check it), each rounded as pq2_store_from_f32 rounds it.
+// __stwb is a plain (write-back) store that the compiler keeps whole; a vector assignment it
+// splits into 4-byte stores.
 __device__ __forceinline__ void pq2_store4(void *base, int32_t dtype, int64_t i,
                                            const float (&v)[4])
 {
-    if (dtype == PQ2_DTYPE_F16 || dtype == PQ2_DTYPE_BF16) {
-        uint32_t lo, hi;
-        if (dtype == PQ2_DTYPE_F16) {
-            const __half2 a = __floats2half2_rn(v[0], v[1]), b = __floats2half2_rn(v[2], v[3]);
-            lo = *reinterpret_cast<const uint32_t *>(&a),
-            hi = *reinterpret_cast<const uint32_t *>(&b);
-        } else {
-            const __nv_bfloat162 a = __floats2bfloat162_rn(v[0], v[1]),
-                                 b = __floats2bfloat162_rn(v[2], v[3]);
-            lo = *reinterpret_cast<const uint32_t *>(&a),
-            hi = *reinterpret_cast<const uint32_t *>(&b);
-        }
-        __stwb(reinterpret_cast<uint2 *>(static_cast<uint16_t *>(base) + i), make_uint2(lo, hi));
-    } else {
+    if (dtype == PQ2_DTYPE_F16 || dtype == PQ2_DTYPE_BF16)
+        __stwb(reinterpret_cast<uint2 *>(static_cast<uint16_t *>(base) + i),
+               make_uint2(pq2_pack2(dtype, v[0], v[1]), pq2_pack2(dtype, v[2], v[3])));
+    else
         __stwb(reinterpret_cast<float4 *>(static_cast<float *>(base) + i),
                make_float4(v[0], v[1], v[2], v[3]));
-    }
 }
 
 // The four x values at p (element i of the lane's row), as floats.

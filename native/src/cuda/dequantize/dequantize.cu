@@ -1,9 +1,11 @@
-// dequantize.cu - the dense copy of a PQ2_0 matrix (dequantize.h). A thread writes 16
-// consecutive elements of a row from one 4-byte word of a block's codes (qs[b..b+3], b a
-// multiple of 4: contiguous in every layout, and word-aligned, the data being 16-byte aligned,
-// except in raw blocks of 34 bytes) and the block's scale. A block of 128 threads covers 2048
-// elements of one row (grid x: rows, y: 2048-element chunks), so a warp stores 512 consecutive
-// elements of a row.
+// dequantize.cu - the dense copy of a PQ2_0 matrix (dequantize.h). A lane reads 16 consecutive
+// elements of a row: one 4-byte word of a block's codes (qs[b..b+3], b a multiple of 4:
+// contiguous in every layout, and word-aligned, the data being 16-byte aligned, except in raw
+// blocks of 34 bytes) and the block's scale. A warp's 32 words are its 512 consecutive elements;
+// each lane then takes, by shuffle, the word and scale of the elements it stores, so that every
+// store of the warp is 16 bytes a lane over 512 contiguous bytes (two stores for f16 and bf16,
+// four for f32). A block of 128 threads covers 2048 elements of one row (grid x: rows, y:
+// 2048-element chunks).
 #include <cuda_fp16.h>
 
 #include "dequantize/dequantize.h"
@@ -17,25 +19,43 @@ constexpr int kThreads = 128, kPerThread = 16;
 template <int DT>
 __global__ void __launch_bounds__(kThreads) dequantize_kernel(const pq2_view w, void *out)
 {
+    // elements a lane writes per 16-byte store
+    constexpr int kPer = DT == PQ2_DTYPE_F32 ? 4 : 8;
+    const int lane = threadIdx.x & 31;
     const int64_t row = blockIdx.x;
-    const int64_t j = (int64_t)blockIdx.y * kThreads + threadIdx.x;  // the thread's 16 elements
-    if (j * kPerThread >= w.k) return;
-    const int64_t g = j >> 3;
-    const int b = (int)(j & 7) * 4;
-    const uint8_t *c = w.data + pq2_code_offset(&w, row, g, b);
-    const uint32_t codes =
-        w.layout == PQ2_LAYOUT_RAW
-            ? (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24
-            : *reinterpret_cast<const uint32_t *>(c);
-    const float d = __half2float(__ushort_as_half(
-        *reinterpret_cast<const uint16_t *>(w.data + pq2_scale_offset(&w, row, g))));
-    float v[kPerThread / 4][4];
+    const int64_t j = (int64_t)blockIdx.y * kThreads + threadIdx.x;  // elements 16j..16j+15
+    uint32_t codes = 0;
+    float d = 0.0f;
+    if (j * kPerThread < w.k) {
+        const int64_t g = j >> 3;
+        const uint8_t *c = w.data + pq2_code_offset(&w, row, g, (int)(j & 7) * 4);
+        codes = w.layout == PQ2_LAYOUT_RAW ? (uint32_t)c[0] | (uint32_t)c[1] << 8 |
+                                                 (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24
+                                           : *reinterpret_cast<const uint32_t *>(c);
+        d = __half2float(__ushort_as_half(
+            *reinterpret_cast<const uint16_t *>(w.data + pq2_scale_offset(&w, row, g))));
+    }
+    const int64_t first = (j - lane) * kPerThread;  // the warp's first element
 #pragma unroll
-    for (int i = 0; i < kPerThread; ++i)
-        v[i / 4][i % 4] = (float)((int)((codes >> (2 * i)) & 3u) - 1) * d;
-    const int64_t at = row * w.k + j * kPerThread;
+    for (int q = 0; q < kPerThread / kPer; ++q) {
+        // elements e..e+kPer-1 of the warp's 512 (k is a multiple of 128: all in the row or none)
+        const int e = (q * 32 + lane) * kPer;
+        const uint32_t c = __shfl_sync(0xffffffffu, codes, e / kPerThread);
+        const float ds = __shfl_sync(0xffffffffu, d, e / kPerThread);
+        if (first + e >= w.k) continue;
+        float v[kPer];
 #pragma unroll
-    for (int q = 0; q < kPerThread / 4; ++q) pq2_store4(out, DT, at + 4 * q, v[q]);
+        for (int i = 0; i < kPer; ++i)
+            v[i] = (float)((int)((c >> (2 * (e % kPerThread + i))) & 3u) - 1) * ds;
+        const int64_t at = row * w.k + first + e;
+        if constexpr (DT == PQ2_DTYPE_F32) {
+            pq2_store4(out, DT, at, v);
+        } else {
+            __stwb(reinterpret_cast<uint4 *>(static_cast<uint16_t *>(out) + at),
+                   make_uint4(pq2_pack2(DT, v[0], v[1]), pq2_pack2(DT, v[2], v[3]),
+                              pq2_pack2(DT, v[4], v[5]), pq2_pack2(DT, v[6], v[7])));
+        }
+    }
 }
 
 }  // namespace
