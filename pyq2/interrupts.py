@@ -120,10 +120,15 @@ def signal_name(signum: int) -> str:
         return f"signal {signum}"
 
 
+def signum_of(exc: KeyboardInterrupt) -> int:
+    """The signal behind an interruption (a plain KeyboardInterrupt counts as SIGINT)."""
+    return exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+
+
 def report(exc: KeyboardInterrupt, prog: str = "pyq2") -> int:
     """Print the one line for an interruption and return the exit status: 128 + the signal
-    number (a plain KeyboardInterrupt counts as SIGINT)."""
-    signum = exc.signum if isinstance(exc, Interrupted) else signal.SIGINT
+    number (signum_of)."""
+    signum = signum_of(exc)
     try:
         print(f"{prog}: error: interrupted ({signal_name(signum)})", file=sys.stderr, flush=True)
     except OSError:

@@ -27,7 +27,6 @@ import argparse
 import itertools
 import json
 import os
-import signal
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -339,9 +338,7 @@ def main(argv=None):
             return repick(ap, args)
         return tune_and_write(args, parts, warps)
     except KeyboardInterrupt as e:  # a signal outside the tuning loop (tune_and_write's own)
-        signum = getattr(e, "signum", signal.SIGINT)
-        print(f"tune_matmul: interrupted ({interrupts.signal_name(signum)})", file=sys.stderr)
-        return 128 + signum
+        return interrupts.report(e, "tune_matmul")
     finally:
         if installed:
             interrupts.uninstall()
@@ -388,7 +385,7 @@ def tune_and_write(args, parts, warps):
             warps,
         )
     except KeyboardInterrupt as e:
-        signum = getattr(e, "signum", signal.SIGINT)
+        signum = interrupts.signum_of(e)
         name = interrupts.signal_name(signum)
         done = len({(r["shape"], r["layout"], r["layout_rt"], r["m"]) for r in rows})
         saved = args.json and env is not None
