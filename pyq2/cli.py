@@ -20,8 +20,8 @@ import time
 from collections.abc import Sequence
 
 from . import __version__, interrupts
-from .arch import PRESETS
 from .errors import FormatError, Pq2Error
+from .plan.decode import PRESETS
 
 PROG = "pyq2"
 
@@ -94,7 +94,7 @@ def _notice(line: str) -> None:
 
 
 def _cmd_repack(args) -> int:
-    from .repack import option_error, repack
+    from .offline.repack import option_error, repack
 
     if args.output == "":
         args.usage_error("-o/--output: the output path is empty")
@@ -127,7 +127,7 @@ def _cmd_repack(args) -> int:
 def _cmd_info(args) -> int:
     import json
 
-    from .info import describe, format_info
+    from .offline.info import describe, format_info
 
     d = describe(args.file)
     if args.json:
@@ -138,7 +138,7 @@ def _cmd_info(args) -> int:
 
 
 def _cmd_verify(args) -> int:
-    from .verify import verify
+    from .offline.verify import verify
 
     res = verify(args.original, args.repacked)
     if not res.ok:
@@ -149,14 +149,14 @@ def _cmd_verify(args) -> int:
 
 
 def _cmd_demo(args) -> int:
-    from .demo import run_demo
+    from .offline.demo import run_demo
 
     res = run_demo(args.output, keep=args.keep)
     return 0 if res["verify"].ok else 1
 
 
 def _cmd_bench(args) -> int:
-    from .bench import run
+    from .runtime.bench import run
 
     if bool(args.model) == bool(args.synthetic):
         args.usage_error("give a MODEL file (or the shards of one) or --synthetic PRESET, not both")
@@ -177,7 +177,7 @@ def _cmd_bench(args) -> int:
 def version_lines() -> str:
     """`pyq2 --version`: the package's version and the library's, or why it does not load."""
     try:
-        from . import _native
+        from .lib import native as _native
 
         ffi, lib = _native.load()
         native = (
@@ -203,7 +203,7 @@ class _VersionAction(argparse.Action):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import layouts
+    from .spec import layouts
 
     p = argparse.ArgumentParser(
         prog=PROG,

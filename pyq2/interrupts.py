@@ -3,14 +3,14 @@
 install() gives every signal whose default action ends the process (SIGHUP, SIGINT, SIGQUIT,
 SIGTERM, SIGALRM, SIGUSR1, SIGUSR2, SIGXCPU, SIGVTALRM, SIGPROF) a handler that raises Interrupted
 in the main thread, so the code holding a temporary file removes it on the way out
-(pyq2.output). A signal the parent set to be ignored (SIGHUP under nohup, SIGINT of a background
+(pyq2.atomic). A signal the parent set to be ignored (SIGHUP under nohup, SIGINT of a background
 job) stays ignored. Only the first signal raises; later ones are dropped while the cleanup runs.
 Steps that must not be cut in half (creating, committing or removing a temporary file) run
 inside deferred(): a signal that arrives there is raised when the step ends.
 
 The command then prints `pyq2: error: interrupted (SIGTERM)` and exits with 128 + the signal
 number (130 for SIGINT, 143 for SIGTERM), the status a shell reports for a process the signal
-itself ended. SIGKILL cannot be caught: pyq2.output removes what it leaves on the next run.
+itself ended. SIGKILL cannot be caught: pyq2.atomic removes what it leaves on the next run.
 
 Only the standard library and pyq2.errors are imported here: `python -m pyq2` installs the
 handlers before the heavy imports (numpy, gguf), so a Ctrl-C during them is one line, not a

@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 
 import pyq2
-from pyq2 import _native, formats, gguf_io, layouts, reference
-from pyq2.demo import write_demo_model
-from pyq2.rotation import Rotation
+from pyq2.gguf import io as gguf_io
+from pyq2.lib import native as _native
+from pyq2.offline.demo import write_demo_model
+from pyq2.spec import formats, layouts, reference
+from pyq2.spec.rotation import Rotation
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -213,7 +215,7 @@ def listing(directory):
 
 @pytest.fixture
 def demo(tmp_path):
-    """The demo model (pyq2.demo), written to tmp_path/demo.gguf."""
+    """The demo model (pyq2.offline.demo), written to tmp_path/demo.gguf."""
     return write_demo_model(tmp_path / "demo.gguf")
 
 
@@ -238,7 +240,8 @@ def full_disk(monkeypatch):
 # ---- the demo model against its unfolded float weights ------------------------------------
 
 # Relative RMS bounds of the demo model's weight path against float64 numpy from its UNFOLDED
-# float weights (tests/test_gpu_model.py, tests/test_gpu_demo_hosts.py, tests/test_readme_host.py)
+# float weights (tests/runtime/test_model.py, tests/runtime/test_demo_hosts.py,
+# tests/lib/test_host_examples.py)
 FOLD_TOL = 1e-2  # a folded projection: Q8 of the rotated activation against the unquantised
 #                  product (the weights are exact; numpy's Q8 gives 5e-3 to 8.5e-3 on the
 #                  demo's K = 256 head at m = 1)
@@ -248,8 +251,8 @@ NORMED_TOL = 1e-5  # the un-rotated RMSNorm output in fp32, and the side project
 
 @pytest.fixture(scope="session")
 def demo_gguf(tmp_path_factory):
-    """The demo model (pyq2.demo), written once per session: read it, never edit it (the `demo`
-    fixture gives a test a copy of its own)."""
+    """The demo model (pyq2.offline.demo), written once per session: read it, never edit it (the
+    `demo` fixture gives a test a copy of its own)."""
     return write_demo_model(tmp_path_factory.mktemp("demo-model") / "demo.gguf")
 
 
@@ -290,10 +293,10 @@ def f64(t):
 
 
 def stage_activation(stage, plan, inputs, grouped: bool) -> np.ndarray:
-    """float64 [m, width]: the un-rotated activation a stage's projections read (pyq2.arch
-    Stage), from its producer's inputs by role (torch tensors or arrays, as pyq2.step records
-    them): norm: RMSNorm(x + residual) * norm (residual None: x); mixer: x, in the grouped V-head
-    order when the stage permutes and the file is `grouped`; swiglu: silu(gate) * up."""
+    """float64 [m, width]: the un-rotated activation a stage's projections read (pyq2.plan.decode
+    Stage), from its producer's inputs by role (torch tensors or arrays, as pyq2.runtime.step
+    records them): norm: RMSNorm(x + residual) * norm (residual None: x); mixer: x, in the grouped
+    V-head order when the stage permutes and the file is `grouped`; swiglu: silu(gate) * up."""
     if stage.producer == "norm":
         h = f64(inputs["x"])
         if inputs.get("residual") is not None:

@@ -9,8 +9,8 @@ import tempfile
 import numpy as np
 import pytest
 
-from pyq2 import gguf_io
 from pyq2.cli import main
+from pyq2.gguf import io as gguf_io
 
 from .conftest import listing, patched, run_pyq2, tensor_info_offset
 
@@ -232,13 +232,13 @@ def test_full_disk(tmp_path, capsys, demo, full_disk):
 
 
 def test_interrupt(tmp_path, capsys, demo, monkeypatch):
-    import pyq2.repack
+    import pyq2.offline.repack
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
         yield
 
-    monkeypatch.setattr(pyq2.repack, "convert_weight", interrupted)
+    monkeypatch.setattr(pyq2.offline.repack, "convert_weight", interrupted)
     code, _, err = run(capsys, "repack", demo, "-o", tmp_path / "o.gguf")
     assert code == 128 + 2 and err == "pyq2: error: interrupted (SIGINT)\n"  # as for Ctrl-C
     assert listing(tmp_path) == ["demo.gguf"]
@@ -362,7 +362,7 @@ def test_repack_fuse_info_verify(tmp_path, capsys, demo):
 def test_repack_fuse_names_groups_left_separate(tmp_path, capsys, demo):
     """The demo's attention k and v have 64 rows: whole tiles at rt 4 too; its groups all fuse.
     A model whose k has 40 rows keeps q/k/v separate at rt 2, and says so on stderr."""
-    from .test_fuse import write_qwen35
+    from .offline.test_fuse import write_qwen35
 
     src = tmp_path / "odd.gguf"
     write_qwen35(src)

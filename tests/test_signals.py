@@ -18,8 +18,8 @@ import time
 import numpy as np
 import pytest
 
-from pyq2 import gguf_io
-from pyq2.gguf_io import OutTensor
+from pyq2.gguf import io as gguf_io
+from pyq2.gguf.io import OutTensor
 
 from .conftest import listing, random_pq2, subprocess_env, write_gguf_file
 
@@ -171,7 +171,12 @@ runpy.run_module("pyq2", run_name="__main__", alter_sys=True)
 
 @pytest.mark.parametrize(
     "target,how",
-    [("pyq2.cli", "module"), ("numpy", "module"), ("numpy", "script"), ("pyq2.repack", "script")],
+    [
+        ("pyq2.cli", "module"),
+        ("numpy", "module"),
+        ("numpy", "script"),
+        ("pyq2.offline.repack", "script"),
+    ],
     ids=["module-cli", "module-numpy", "script-numpy", "script-repack"],
 )
 def test_ctrl_c_during_imports(tmp_path, target, how):

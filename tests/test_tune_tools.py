@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pyq2.gpu import CONFIG_FIELDS
+from pyq2.lib.cuda import CONFIG_FIELDS
 
 ROOT = Path(__file__).resolve().parents[1]
 TUNE = ROOT / "tools" / "tune" / "tune_matmul.py"

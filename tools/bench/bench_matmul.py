@@ -29,9 +29,10 @@ import sys
 import torch
 from shapes import SHAPES, pq2_bytes
 
-from pyq2 import _native, host
-from pyq2.gpu import PQ2Weights
-from pyq2.timing import environment
+from pyq2.lib import cpu as host
+from pyq2.lib import native as _native
+from pyq2.lib.cuda import PQ2Weights
+from pyq2.runtime.timing import environment
 
 TARGET_M1 = {
     "gate_up": 0.85,

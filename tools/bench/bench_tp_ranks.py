@@ -2,11 +2,11 @@
 """What each GPU of a tensor-parallel decode must compute, measured on one GPU.
 
 For a preset (default the 27B), times one decode step of the whole synthetic model and of each
-rank's shard (pyq2.model.synthetic(preset, tp=(G, rank))) on this GPU, each as one CUDA graph,
-the shards with collectives that do nothing: the time a rank needs before any communication,
+rank's shard (pyq2.runtime.load.synthetic(preset, tp=(G, rank))) on this GPU, each as one CUDA
+graph, the shards with collectives that do nothing: the time a rank needs before any communication,
 so the best a G-GPU step can reach whatever its all-reduces cost; and, alone, its producers
 (embedding, norms, rotations, Q8: not divided by G) and its projections. Rounds alternate the
-models; the minimum over rounds is reported (pyq2.bench.measure times each), with the weight
+models; the minimum over rounds is reported (pyq2.runtime.bench.measure times each), with the weight
 bytes each step reads.
 
     python3 tools/bench/bench_tp_ranks.py --tp 2 --ms 1,4,16 --json out.json
@@ -19,8 +19,8 @@ import argparse
 import torch
 from bench_matmul import start_run, write_results
 
-from pyq2.bench import measure
-from pyq2.model import synthetic
+from pyq2.runtime.bench import measure
+from pyq2.runtime.load import synthetic
 
 
 class NoCollective:
@@ -36,7 +36,7 @@ class NoCollective:
         pass
 
 
-PARTS = ("ms", "producers_ms", "projections_ms", "side_ms")  # of pyq2.bench.measure
+PARTS = ("ms", "producers_ms", "projections_ms", "side_ms")  # of pyq2.runtime.bench.measure
 
 
 def main() -> int:

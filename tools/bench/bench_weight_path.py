@@ -35,7 +35,7 @@ from bench_matmul import (
 )
 from shapes import SHAPES, pq2_bytes
 
-from pyq2.gpu import (
+from pyq2.lib.cuda import (
     DeviceRotation,
     Q8Operand,
     norm_rotate_q8,

@@ -54,9 +54,9 @@ def generate(path: str, size_bytes: int, lm_head: bool, seed: int = 0) -> None:
     """Write a PQ2_0 GGUF of about size_bytes, streaming."""
     import numpy as np
 
-    from pyq2 import gguf_io
-    from pyq2.formats import pq2_pack
-    from pyq2.gguf_io import GGUFValueType as V
+    from pyq2.gguf import io as gguf_io
+    from pyq2.gguf.io import GGUFValueType as V
+    from pyq2.spec.formats import pq2_pack
 
     rng = np.random.default_rng(seed)
     # One pool of random 34-byte blocks (ternary codes, finite scales) that every tensor reads
@@ -108,7 +108,7 @@ def generate(path: str, size_bytes: int, lm_head: bool, seed: int = 0) -> None:
 
 
 def describe(path: str) -> dict:
-    from pyq2 import gguf_io
+    from pyq2.gguf import io as gguf_io
 
     with gguf_io.open_gguf(path) as f:
         return {
@@ -121,7 +121,7 @@ def describe(path: str) -> dict:
 def _child(argv: list[str]) -> None:
     """Run in the measured child: the pyq2 CLI (or just open the file), then report peak RSS."""
     if argv[0] == "open":
-        from pyq2 import gguf_io, repack, verify  # noqa: F401  (the imports of a command)
+        from pyq2.gguf import io as gguf_io  # noqa: F401  (the imports of a command)
 
         with gguf_io.open_gguf(argv[1]):
             pass

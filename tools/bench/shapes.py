@@ -1,16 +1,16 @@
 """The projection shapes of a Ternary-Bonsai-2-27B decode step (no GPU or torch needed): N, K,
 calls per step, PQ2_0 bytes (6.80 GB per token in all).
 
-Derived from the 27B's sizes (pyq2.arch.PRESETS) and its decode plan, with the siblings that
-read one activation fused into one matrix, as pyq2.step runs them: per Gated-DeltaNet layer
+Derived from the 27B's sizes (pyq2.plan.decode.PRESETS) and its decode plan, with the siblings that
+read one activation fused into one matrix, as pyq2.runtime.step runs them: per Gated-DeltaNet layer
 in_proj (attn_qkv + attn_gate), per attention layer qkv (attn_q + attn_k + attn_v), per layer
 out (ssm_out or attn_output), gate_up and down, and the head's lm_head.
 """
 
 from __future__ import annotations
 
-from pyq2.arch import PRESETS, decode_plan
-from pyq2.formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS
+from pyq2.plan.decode import PRESETS, decode_plan
+from pyq2.spec.formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS
 
 ORDER = ("gate_up", "down", "in_proj", "qkv", "out", "lm_head")
 

@@ -84,7 +84,7 @@ def load(path=None) -> ctypes.CDLL:
     """libpq2 with SIGNATURES declared; a failing call raises RuntimeError naming the status and
     the library's message. path None: $PYQ2_LIBRARY, else the copy bundled in the pyq2 package."""
     if path is None:
-        from pyq2._native import library_path  # only to find the file
+        from pyq2.lib.native import library_path  # only to find the file
 
         path = library_path()
     lib = ctypes.CDLL(str(path))
@@ -272,7 +272,7 @@ def main(argv=None) -> None:
     import numpy as np
     import torch
 
-    from pyq2 import formats, reference
+    from pyq2.spec import formats, reference
 
     argv = sys.argv[1:] if argv is None else argv
     n, k, block, m = 512, 1024, 256, 4

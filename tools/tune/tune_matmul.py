@@ -35,7 +35,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(HERE), "bench"))
 import instances  # noqa: E402
 from shapes import SHAPES, pq2_bytes  # noqa: E402
 
-from pyq2.gpu import CONFIG_FIELDS, FAMILY_GEMM, FAMILY_GEMM_SM90, FAMILY_ROWBLOCK  # noqa: E402
+from pyq2.lib.cuda import CONFIG_FIELDS, FAMILY_GEMM, FAMILY_GEMM_SM90, FAMILY_ROWBLOCK  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
@@ -142,7 +142,7 @@ def tune(shapes, layouts, ms, replays, log, entries, rows, parts=SEARCH_CHOICES,
     from bench_matmul import copies_for, resident, time_pq2
 
     from pyq2.errors import Pq2Error
-    from pyq2.gpu import gemm_config, matmul_config
+    from pyq2.lib.cuda import gemm_config, matmul_config
 
     for name in shapes:
         n, k, _ = SHAPES[name]
@@ -269,9 +269,9 @@ def entries_from_json(path):
 
 def write_table(path, entries, env, partial, source=""):
     """Writes the table and, for the product's table, the compiled kernel list derived from it:
-    each file whole or not at all (pyq2.output), and both or neither (a signal waits)."""
+    each file whole or not at all (pyq2.atomic), and both or neither (a signal waits)."""
     from pyq2 import interrupts
-    from pyq2.output import atomic_output
+    from pyq2.atomic import atomic_output
 
     with open(path) as f:
         old = f.read()
@@ -405,8 +405,8 @@ def tune_and_write(args, parts, warps):
 
 def gpu_environment():
     """Initialise libpq2 on the GPU (warning when it is not a tuning build); the run's env."""
-    from pyq2 import _native
-    from pyq2.timing import environment
+    from pyq2.lib import native as _native
+    from pyq2.runtime.timing import environment
 
     ffi, lib = _native.load()
     _native.check(lib.pq2_cuda_init())
@@ -420,9 +420,9 @@ def gpu_environment():
 
 
 def write_json(path, env, entries, rows, interrupted=None):
-    """The run's measurements (rows) and picks (best), whole or not at all (pyq2.output);
+    """The run's measurements (rows) and picks (best), whole or not at all (pyq2.atomic);
     `interrupted` names the signal that cut the run short."""
-    from pyq2.output import atomic_output
+    from pyq2.atomic import atomic_output
 
     best = [
         dict(

@@ -1,0 +1,183 @@
+"""A file as the original tensors it holds: every reader's view of a GGUF file's contents.
+
+`read_contents(gf)` lists a file's original tensors in their original order; repack, verify, info,
+the sharder and the model loader all read a file through it. A file written by
+`pyq2 repack --fuse` stores sibling projections as one fused tensor (pyq2.offline.fuse); the
+Entry of such a member names the fused tensor and the rows it takes there. pyq2.gguf.metadata
+holds the keys that say how to split a fused tensor: its members, and per member its first row,
+its rows and its place in the original file's tensor list. `read_contents` refuses fused metadata
+that contradicts the rest of the file: a member also stored as a tensor of its own, a member of
+two fused tensors, positions repeated or beyond the original tensor count, member keys of a
+tensor the file does not hold (metadata.fused_members checks each fused tensor against its own
+matrix).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..errors import FormatError
+from . import metadata
+from . import weights as weight_io
+from .io import GGUFFile, OutTensor, Tensor
+from .metadata import Member, WeightInfo
+from .splits import Split
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One tensor of the original file as this file holds it: a tensor of its own, or rows
+    [row0, row0 + info.n) of the fused tensor `fused`."""
+
+    name: str
+    tensor: Tensor  # the stored tensor (the fused tensor, for a member)
+    info: WeightInfo | None  # the weight itself (a member: shape [K, its rows]); None: no weight
+    stored: WeightInfo | None  # the stored tensor's (the fused matrix's, for a member)
+    row0: int = 0
+    fused: str | None = None
+    split: Split | None = None  # in a tensor-parallel shard: the part of the tensor it holds
+
+    def slices(
+        self, backend: weight_io.Backend, gf: GGUFFile, rows: int
+    ) -> Iterator[tuple[int, np.ndarray]]:
+        """(row, PQ2_0 raw bytes) of the weight's rows, `rows` at a time (rows counted from the
+        weight's first; `rows` a multiple of the stored tile height)."""
+        if self.info is None or self.stored is None:
+            raise ValueError(f"tensor '{self.name}' is not a PQ2-family weight")
+        return weight_io.raw_slices(
+            backend, gf, self.tensor, self.stored, rows, self.row0, self.info.n
+        )
+
+    @property
+    def ne(self) -> tuple[int, ...]:
+        """The logical shape (gguf order): a weight's, else the stored tensor's."""
+        return self.info.ne if self.info is not None else self.tensor.ne
+
+    @property
+    def input_width(self) -> int | None:
+        """The width of the activation a weight reads as the model defines it (its K; for a
+        shard's part of a row-parallel weight, the whole weight's): the width whose rotation
+        signs it uses. None for a tensor that is not a weight."""
+        if self.info is None:
+            return None
+        return self.split.extent if self.split is not None and self.split.axis == 0 else self.info.k
+
+    def out_tensor(self) -> OutTensor:
+        """How a repack writes a tensor that is not a weight: as it is."""
+        t = self.tensor
+        return OutTensor(t.name, t.type_id, t.ne, t.nbytes)
+
+    def chunks(self, gf: GGUFFile) -> Iterator[np.ndarray]:
+        """The bytes of a tensor that is not a weight, weight_io.PASS_CHUNK at a time (each
+        chunk's pages dropped once the next is asked for)."""
+        t = self.tensor
+        for start in range(0, t.nbytes, weight_io.PASS_CHUNK):
+            stop = min(start + weight_io.PASS_CHUNK, t.nbytes)
+            yield gf.data(t, start, stop)
+            gf.release(t, start, stop)
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the stored tensor the entry stands for (a member: its share of the fused
+        tensor, so that the shares of a tensor add up to its size)."""
+        size = self.tensor.nbytes
+        if self.fused is None or self.stored is None or self.info is None:
+            return size
+        n = self.stored.n
+        return size * (self.row0 + self.info.n) // n - size * self.row0 // n
+
+    @property
+    def place(self) -> str:
+        """Where a member's rows are, for messages ("" for a tensor of its own)."""
+        if self.fused is None or self.info is None:
+            return ""
+        return f"rows {self.row0}..{self.row0 + self.info.n - 1} of fused tensor '{self.fused}'"
+
+
+@dataclass(frozen=True)
+class Contents:
+    entries: list[Entry]  # the original tensors, in their original order
+    fused: dict[str, tuple[Member, ...]]  # fused tensor name -> its members, in row order
+    shard: tuple[int, int] | None = None  # a tensor-parallel shard's (G, rank) (shard_of)
+
+    def by_name(self) -> dict[str, Entry]:
+        return {e.name: e for e in self.entries}
+
+    def input_widths(self) -> dict[str, int]:
+        """Each weight's input width (Entry.input_width), by name."""
+        return {e.name: w for e in self.entries if (w := e.input_width) is not None}
+
+    def splits(self) -> dict[str, Split]:
+        """A tensor-parallel shard's parts (Entry.split) by tensor name; {} for a whole model."""
+        return {e.name: e.split for e in self.entries if e.split is not None}
+
+
+def read_contents(gf: GGUFFile, check_bytes: bool = True) -> Contents:
+    """The file's original tensors (module docstring); with check_bytes also every stored
+    weight's byte count. FormatError names the file and what contradicts what."""
+    infos: dict[str, WeightInfo | None] = {}
+    fused: dict[str, tuple[Member, ...]] = {}
+    for t in gf.tensors:
+        info = gf.weight_info(t)
+        if info is not None and check_bytes:
+            gf.validate_weight_bytes(t, info, weight_io.stored_bytes(info))
+        infos[t.name] = info
+        members = metadata.fused_members(gf, t.name, info)
+        if members is not None:
+            fused[t.name] = members
+    prefix = metadata.TENSOR_KEY_PREFIX
+    for key in gf.keys():
+        for attr in metadata.MEMBER_ATTRS:
+            if key.startswith(prefix) and key.endswith("." + attr):
+                name = key[len(prefix) : -len(attr) - 1]
+                if name not in infos:
+                    raise FormatError(
+                        f"{gf.path}: {key} describes a fused tensor '{name}', which the file "
+                        f"does not hold"
+                    )
+    n_original = len(gf.tensors) - len(fused) + sum(len(m) for m in fused.values())
+    slots: list[Entry | None] = [None] * n_original
+    owner: dict[str, str] = {}
+    for fname, members in fused.items():
+        t, finfo = gf.tensor(fname), infos[fname]
+        assert finfo is not None  # fused_members refuses a fused tensor that is no weight
+        for m in members:
+            where = f"{gf.path}: fused tensor '{fname}': member '{m.name}'"
+            if m.name in infos:
+                raise FormatError(f"{where} is also stored as a tensor of its own")
+            if m.name in owner:
+                raise FormatError(f"{where} is also a member of '{owner[m.name]}'")
+            owner[m.name] = fname
+            if m.position >= n_original:
+                raise FormatError(
+                    f"{where} has position {m.position}; the original file had {n_original} tensors"
+                )
+            taken = slots[m.position]
+            if taken is not None:
+                raise FormatError(f"{where} has position {m.position}, as '{taken.name}' has")
+            info = metadata.member_info(finfo, m)
+            slots[m.position] = Entry(m.name, t, info, finfo, m.row0, fname)
+    rest = iter(
+        Entry(t.name, t, infos[t.name], infos[t.name]) for t in gf.tensors if t.name not in fused
+    )
+    entries = [e if e is not None else next(rest) for e in slots]
+    shard = metadata.shard_of(gf)
+    if shard is not None:
+        entries = [
+            replace(e, split=metadata.tensor_split(gf, e.name, e.ne, *shard)) for e in entries
+        ]
+    # The order the positions imply for this file: a fused tensor where its first member stood.
+    implied: list[str] = []
+    for e in entries:
+        stored = e.fused if e.fused is not None else e.name
+        if stored not in implied[-1:] and (e.fused is None or stored not in implied):
+            implied.append(stored)
+    if implied != [t.name for t in gf.tensors]:
+        raise FormatError(
+            f"{gf.path}: the fused tensors' member positions do not match the file's tensor "
+            f"order (a fused tensor stands where its first member stood)"
+        )
+    return Contents(entries, fused, shard)

@@ -1,0 +1,359 @@
+"""The pyq2.* metadata of a GGUF file: how weights repacked into a resident layout are stored.
+
+A weight repacked into the `planes` or `tiles` layout is NOT stored under its quantisation type:
+the bytes are no longer PQ2_0 blocks, and a host that does not know pyq2 must never read them as
+if they were. Each such tensor is written as ggml type I8 (24), 1-D, with one element per byte,
+under the same tensor name. A llama.cpp-style loader that expects a 2-D PQ2_0 tensor of that
+name then fails loudly on type and shape instead of computing garbage. What the bytes are is
+recorded in metadata (format version FORMAT_VERSION, which is PQ2_FORMAT_VERSION of pq2.h):
+
+    pyq2.format_version            u32     = 2
+    pyq2.layout                    string  "planes" or "tiles"
+    pyq2.tensor.<name>.layout      string  "planes" or "tiles"
+    pyq2.tensor.<name>.rt          u32     RT of the tile layout (1, 2, 4); 0 for planes
+    pyq2.tensor.<name>.shape       u64[]   logical ne of the weight as gguf orders it: [K, N]
+    pyq2.tensor.<name>.source_type u32     ggml type of the source: 142, 143 or 35
+
+A fused tensor (`pyq2 repack --fuse`, pyq2.offline.fuse) is such a weight whose rows are those of
+sibling weights one after another; four more keys say how to split it:
+
+    pyq2.tensor.<name>.members          string[] the original tensors, in row order
+    pyq2.tensor.<name>.member_offsets   u64[]    the first row of each
+    pyq2.tensor.<name>.member_rows      u64[]    the rows (N) of each
+    pyq2.tensor.<name>.member_positions u64[]    the index of each in the original tensor list
+
+A member's original type is the fused tensor's source_type and its shape [K, member rows].
+
+A shard of a tensor-parallel set (`pyq2 repack --tp G`, pyq2.plan.tensor_parallel) says which it
+is, and per tensor it holds a part of (the plan's Split; a fused member's keys are under the
+member's name):
+
+    pyq2.tp.size                   u32     G
+    pyq2.tp.rank                   u32     this shard's rank, 0..G-1
+    pyq2.tensor.<name>.tp_axis     u32     the gguf axis cut: 0 input columns, 1 output rows
+    pyq2.tensor.<name>.tp_extent   u64     the whole tensor's size along it
+    pyq2.tensor.<name>.tp_pieces   u64[]   start, stop of each range held, in order
+
+The pyq2.* keys follow all of the source's keys, which keep their order, types and bytes. Layout
+`raw` writes plain PQ2_0 tensors (type 142, the logical shape) and no pyq2.* keys, so repacking
+a planes/tiles file back to raw restores the original tensor bytes exactly when the source was
+PQ2_0; PTQ1_0 and TQ2_0 sources come back as the equivalent PQ2_0 (same weights).
+
+This module is the schema: the key names, `weight_info` (a file's keys for one tensor to a
+WeightInfo), `fused_members` (a fused tensor's members, checked against its shape and layout)
+and `key_values` (the keys a repacked file gets); for shards `shard_of` (a file's rank),
+`tensor_split` (a tensor's part, checked against its shape) and `split_key_values` (a shard's
+keys). pyq2.gguf.io reads and writes them; pyq2.offline.fuse checks what only the whole file can
+tell (member names and positions).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from gguf import GGUFValueType
+
+from ..errors import FormatError
+from ..spec import layouts
+from ..spec.formats import PQ2_BLOCK_WEIGHTS
+from .splits import Split
+from .types import I8, PQ2_FAMILY, type_name
+
+FORMAT_VERSION = 2  # PQ2_FORMAT_VERSION of native/include/pq2.h (a test checks the two agree)
+
+KEY_PREFIX = "pyq2."
+KEY_FORMAT_VERSION = KEY_PREFIX + "format_version"
+KEY_LAYOUT = KEY_PREFIX + "layout"
+TENSOR_KEY_PREFIX = KEY_PREFIX + "tensor."
+
+# The keys of a fused tensor, in file order (after its layout, rt, shape, source_type).
+MEMBER_ATTRS = ("members", "member_offsets", "member_rows", "member_positions")
+
+TP_MAX = 1024  # the most shards of a set pyq2 reads or writes (GPUs of one host: far fewer)
+KEY_TP_SIZE = KEY_PREFIX + "tp.size"
+KEY_TP_RANK = KEY_PREFIX + "tp.rank"
+SPLIT_ATTRS = ("tp_axis", "tp_extent", "tp_pieces")  # per tensor of a shard, in file order
+
+# The layouts stored as I8 bytes plus metadata; raw weights stay plain ggml tensors.
+STORED_LAYOUTS = tuple(name for name in layouts.LAYOUT_NAMES if name != "raw")
+
+
+@dataclass(frozen=True)
+class WeightInfo:
+    """A PQ2-family weight: stored raw (PQ2_0/PTQ1_0/TQ2_0) or repacked by pyq2 (I8 + metadata)."""
+
+    source_type: int  # 142, 143 or 35
+    layout: str  # "raw" for a plain ggml tensor
+    rt: int
+    ne: tuple[int, ...]  # logical shape, gguf order
+    k: int
+    n: int
+
+
+@dataclass(frozen=True)
+class Member:
+    """One original weight held as rows [row0, row0 + rows) of a fused tensor."""
+
+    name: str
+    row0: int
+    rows: int
+    position: int  # its index in the original file's tensor list
+
+
+class KeyValues(Protocol):
+    """What weight_info reads from a file (pyq2.gguf.io.GGUFFile)."""
+
+    path: str
+
+    def has(self, key: str) -> bool: ...
+
+    def value(self, key: str, default: Any = None) -> Any: ...
+
+
+def tensor_key(tensor_name: str, attr: str) -> str:
+    return f"{TENSOR_KEY_PREFIX}{tensor_name}.{attr}"
+
+
+def _rows(ne: tuple[int, ...]) -> int:
+    return math.prod(ne[1:])  # exact Python integers: a crafted shape cannot overflow
+
+
+def weight_info(kv: KeyValues, name: str, type_id: int, ne: tuple[int, ...]) -> WeightInfo | None:
+    """Describe the tensor `name` (ggml type type_id, shape ne) of the file kv if it is a
+    PQ2-family weight, stored raw or repacked; None for any other tensor. FormatError names the
+    file and the tensor when its pyq2 metadata is missing, inconsistent or of another version."""
+    if type_id in PQ2_FAMILY:
+        return WeightInfo(type_id, "raw", 0, ne, ne[0], _rows(ne))
+    if not kv.has(tensor_key(name, "layout")):
+        return None
+    where = f"{kv.path}: tensor '{name}'"
+    version = kv.value(KEY_FORMAT_VERSION)
+    if version != FORMAT_VERSION:
+        older = isinstance(version, int) and version < FORMAT_VERSION
+        hint = (
+            "written by an older pyq2 (version 2 changed the tiles lane order): repack the "
+            "original GGUF again"
+            if older
+            else "upgrade pyq2"
+        )
+        raise FormatError(
+            f"{kv.path}: {KEY_FORMAT_VERSION} is {version!r}; this pyq2 reads version "
+            f"{FORMAT_VERSION} ({hint})"
+        )
+    try:
+        layout = kv.value(tensor_key(name, "layout"))
+        rt = int(kv.value(tensor_key(name, "rt")))
+        shape = tuple(int(x) for x in kv.value(tensor_key(name, "shape")))
+        source = int(kv.value(tensor_key(name, "source_type")))
+    except (TypeError, ValueError) as e:
+        raise FormatError(f"{where}: incomplete pyq2 metadata ({e})") from None
+    if type_id != I8 or len(ne) != 1:
+        raise FormatError(
+            f"{where}: pyq2 layout metadata on a {type_name(type_id)} tensor of shape "
+            f"{list(ne)} (expected 1-D I8)"
+        )
+    if (
+        layout not in STORED_LAYOUTS
+        or source not in PQ2_FAMILY
+        or not 1 <= len(shape) <= 2
+        or (layout == "tiles" and rt not in layouts.TILE_RTS)
+    ):
+        raise FormatError(
+            f"{where}: bad pyq2 metadata layout={layout!r} rt={rt} shape={list(shape)} "
+            f"source_type={source}"
+        )
+    if shape[0] % PQ2_BLOCK_WEIGHTS:
+        raise FormatError(f"{where}: K = {shape[0]} is not a multiple of {PQ2_BLOCK_WEIGHTS}")
+    return WeightInfo(source, layout, rt, shape, shape[0], _rows(shape))
+
+
+def _uints(value: Any) -> bool:
+    return isinstance(value, list) and all(
+        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value
+    )
+
+
+def fused_members(kv: KeyValues, name: str, info: WeightInfo | None) -> tuple[Member, ...] | None:
+    """The members of tensor `name` (described by info) when it is a fused tensor, else None.
+    FormatError names the file, the tensor and the fault when its member keys are incomplete,
+    of the wrong type, or disagree with each other, with the matrix's rows or with its tiles."""
+    present = [a for a in MEMBER_ATTRS if kv.has(tensor_key(name, a))]
+    if not present:
+        return None
+    where = f"{kv.path}: fused tensor '{name}'"
+    missing = [tensor_key(name, a) for a in MEMBER_ATTRS if a not in present]
+    if missing:
+        raise FormatError(f"{where}: incomplete fused metadata (no {', '.join(missing)})")
+    if info is None or info.layout not in STORED_LAYOUTS:
+        what = "not a PQ2-family weight" if info is None else f"a {info.layout} weight"
+        raise FormatError(f"{where}: fused metadata on {what} (a fused tensor is planes or tiles)")
+    names, offsets, rows, positions = (kv.value(tensor_key(name, a)) for a in MEMBER_ATTRS)
+    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
+        raise FormatError(f"{where}: {tensor_key(name, 'members')} is not an array of strings")
+    for attr, value in zip(MEMBER_ATTRS[1:], (offsets, rows, positions), strict=True):
+        if not _uints(value):
+            raise FormatError(f"{where}: {tensor_key(name, attr)} is not an array of integers")
+    counts = [len(names), len(offsets), len(rows), len(positions)]
+    if len(names) < 2 or len(set(counts)) > 1:
+        raise FormatError(
+            f"{where}: {counts[0]} members, {counts[1]} offsets, {counts[2]} row counts and "
+            f"{counts[3]} positions (a fused tensor has at least 2 members, one of each per member)"
+        )
+    bad = next((n for n in names if not n or not n.isprintable()), None)
+    if bad is not None:
+        raise FormatError(f"{where}: member name {bad!r} is not a tensor name")
+    seen: set[str] = set()
+    for n in names:
+        if n in seen:
+            raise FormatError(f"{where}: member '{n}' is named twice")
+        seen.add(n)
+    tr = layouts.tile_rows(info.layout, info.rt)
+    end = 0
+    for member, row0, n in zip(names, offsets, rows, strict=True):
+        if n < 1:
+            raise FormatError(f"{where}: member '{member}' has {n} rows")
+        if row0 != end:
+            raise FormatError(
+                f"{where}: member '{member}' starts at row {row0}, but the members before it "
+                f"end at row {end}"
+            )
+        if row0 % tr:
+            raise FormatError(
+                f"{where}: member '{member}' starts at row {row0}, not at a multiple of the "
+                f"{tr}-row tiles of {info.layout} rt {info.rt} (every member but the last must "
+                f"be whole tiles)"
+            )
+        end += n
+    if end != info.n:
+        raise FormatError(f"{where}: the members hold {end} rows, the matrix {info.n}")
+    return tuple(
+        Member(n, r0, r, p) for n, r0, r, p in zip(names, offsets, rows, positions, strict=True)
+    )
+
+
+def member_info(fused: WeightInfo, member: Member) -> WeightInfo:
+    """The WeightInfo of a member as its own weight: the fused tensor's type, layout and K, its
+    own rows (its original shape [K, rows])."""
+    return WeightInfo(
+        fused.source_type, fused.layout, fused.rt, (fused.k, member.rows), fused.k, member.rows
+    )
+
+
+def key_values(
+    layout: str,
+    rt: int,
+    weights: Iterable[tuple[str, WeightInfo]],
+    fused: Mapping[str, Sequence[Member]] | None = None,
+) -> list[tuple[Any, ...]]:
+    """The pyq2.* key/values of a file whose weights (name, WeightInfo of the source, or of
+    the fused matrix) are stored in `layout` (planes or tiles), as pyq2.gguf.io.encode_kv
+    arguments, in file order; `fused` maps a fused tensor's name to its members."""
+    u32, u64, string, array = (
+        GGUFValueType.UINT32,
+        GGUFValueType.UINT64,
+        GGUFValueType.STRING,
+        GGUFValueType.ARRAY,
+    )
+    rt = layouts.layout_rt(layout, rt)
+    items: list[tuple[Any, ...]] = [
+        (KEY_FORMAT_VERSION, u32, FORMAT_VERSION),
+        (KEY_LAYOUT, string, layout),
+    ]
+    for name, info in weights:
+        items += [
+            (tensor_key(name, "layout"), string, layout),
+            (tensor_key(name, "rt"), u32, rt),
+            (tensor_key(name, "shape"), array, list(info.ne), u64),
+            (tensor_key(name, "source_type"), u32, info.source_type),
+        ]
+        members = (fused or {}).get(name)
+        if members:
+            items += [
+                (tensor_key(name, "members"), array, [m.name for m in members], string),
+                (tensor_key(name, "member_offsets"), array, [m.row0 for m in members], u64),
+                (tensor_key(name, "member_rows"), array, [m.rows for m in members], u64),
+                (tensor_key(name, "member_positions"), array, [m.position for m in members], u64),
+            ]
+    return items
+
+
+def shard_of(kv: KeyValues) -> tuple[int, int] | None:
+    """(G, rank) of a tensor-parallel shard, None for a whole model. FormatError for keys that
+    are not a rank below a size of at least 2."""
+    if not (kv.has(KEY_TP_SIZE) or kv.has(KEY_TP_RANK)):
+        return None
+    size, rank = kv.value(KEY_TP_SIZE), kv.value(KEY_TP_RANK)
+    if not _uints([size, rank]) or not 2 <= size <= TP_MAX or not rank < size:
+        raise FormatError(
+            f"{kv.path}: {KEY_TP_SIZE} = {size!r} and {KEY_TP_RANK} = {rank!r} are not a "
+            f"tensor-parallel size of at least 2 (at most {TP_MAX}) and a rank below it"
+        )
+    return size, rank
+
+
+def tensor_split(
+    kv: KeyValues, name: str, ne: tuple[int, ...], size: int, rank: int
+) -> Split | None:
+    """The part of tensor `name` (held as shape ne) a shard holds, None when it holds it whole.
+    The Split has this rank's pieces only, at index `rank` (the others empty). FormatError for
+    keys that are incomplete, of the wrong type, or disagree with each other or with ne."""
+    present = [a for a in SPLIT_ATTRS if kv.has(tensor_key(name, a))]
+    if not present:
+        return None
+    where = f"{kv.path}: tensor '{name}'"
+    if len(present) < len(SPLIT_ATTRS):
+        missing = [tensor_key(name, a) for a in SPLIT_ATTRS if a not in present]
+        raise FormatError(f"{where}: incomplete tensor-parallel metadata (no {', '.join(missing)})")
+    axis, extent, flat = (kv.value(tensor_key(name, a)) for a in SPLIT_ATTRS)
+    if (
+        not _uints([axis, extent])
+        or axis >= max(len(ne), 1)
+        or not _uints(flat)
+        or not flat
+        or len(flat) % 2
+    ):
+        raise FormatError(
+            f"{where}: bad tensor-parallel metadata axis={axis!r} extent={extent!r} "
+            f"pieces={flat!r} (an axis of the tensor, a size, start/stop pairs)"
+        )
+    pieces = tuple(zip(flat[0::2], flat[1::2], strict=True))
+    end = 0
+    for a, b in pieces:
+        if a >= b:
+            raise FormatError(f"{where}: tensor-parallel piece [{a}, {b}) is empty")
+        if a < end:
+            raise FormatError(
+                f"{where}: tensor-parallel piece [{a}, {b}) starts before the one before it ends"
+            )
+        if b > extent:
+            raise FormatError(
+                f"{where}: tensor-parallel piece [{a}, {b}) ends beyond the extent {extent}"
+            )
+        end = b
+    held = sum(b - a for a, b in pieces)
+    if held != ne[axis]:
+        raise FormatError(
+            f"{where}: its tensor-parallel pieces hold {held} along axis {axis}, the tensor "
+            f"{ne[axis]}"
+        )
+    return Split(axis, extent, tuple(pieces if r == rank else () for r in range(size)))
+
+
+def split_key_values(
+    size: int, rank: int, splits: Iterable[tuple[str, Split]]
+) -> list[tuple[Any, ...]]:
+    """The pyq2.tp.* keys of shard `rank` of `size` and the split keys of each
+    (name, Split)."""
+    u32, u64, array = GGUFValueType.UINT32, GGUFValueType.UINT64, GGUFValueType.ARRAY
+    items: list[tuple[Any, ...]] = [(KEY_TP_SIZE, u32, size), (KEY_TP_RANK, u32, rank)]
+    for name, split in splits:
+        flat = [x for piece in split.pieces[rank] for x in piece]
+        items += [
+            (tensor_key(name, "tp_axis"), u32, split.axis),
+            (tensor_key(name, "tp_extent"), u64, split.extent),
+            (tensor_key(name, "tp_pieces"), array, flat, u64),
+        ]
+    return items

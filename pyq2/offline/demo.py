@@ -1,0 +1,166 @@
+"""`pyq2 demo`: the whole offline flow on a small, generated, Bonsai-like model.
+
+write_demo_model() builds a deterministic PQ2_0 GGUF (no download) in the qwen35 layout of
+Ternary-Bonsai-2: a Gated-DeltaNet layer and a full-attention layer (by default) of hidden 256 /
+FFN 768 / vocab 1024, the output head in PTQ1_0, F32 norms and recurrence parameters. It is a
+FOLDED model, as Ternary-Bonsai-2 files are: every projection is gaussian float weights W folded
+with the Prism Hadamard rotation (W' = W diag(s) H, block 128, explicit signs per input width;
+the token embedding with the inverse) and then quantised by the reference quantizer
+(pyq2.spec.formats.pq2_quantize), with the prism.hadamard.* contract that says so. Its unfolded
+float weights are reference.unfold of the stored ones. run_demo() repacks it to the tile-major
+layout, verifies the result and reports; without a directory it works in a new temporary one,
+removed at the end (also when interrupted) unless asked to keep it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import atomic as output
+from .. import interrupts
+from ..gguf import io as gguf_io
+from ..gguf.io import GGUFValueType as V
+from ..gguf.io import OutTensor
+from ..gguf.types import F32, PQ2_0, PTQ1_0
+from ..plan.decode import Dims
+from ..spec import formats, reference
+from ..spec.rotation import contract_keys
+from .info import format_info
+from .repack import repack
+from .verify import verify
+
+ARCH = "qwen35"
+HADAMARD_BLOCK = 128
+
+
+def write_demo_model(
+    path,
+    seed: int = 0,
+    n_layers: int = 2,
+    hidden: int = 256,
+    ffn: int = 768,
+    vocab: int = 1024,
+    n_head: int = 4,
+    n_head_kv: int = 1,
+    head_dim: int = 64,
+    v_heads: int = 4,
+    k_heads: int = 2,
+    attention_interval: int = 2,
+) -> Path:
+    """Write the demo model to `path` (same seed and sizes give the same bytes) and return it.
+    Layer i is full attention when (i + 1) % attention_interval == 0, else Gated-DeltaNet."""
+    dims = Dims(
+        n_layers, hidden, ffn, vocab, n_head, n_head_kv, head_dim, v_heads, k_heads, head_dim,
+        attention_interval,
+    )  # fmt: skip
+    widths = {hidden, ffn, n_head * head_dim, v_heads * head_dim}
+    if any(w % HADAMARD_BLOCK for w in widths) or v_heads % k_heads:
+        raise ValueError(
+            f"every input width ({sorted(widths)}) must be a multiple of {HADAMARD_BLOCK}, "
+            f"v_heads ({v_heads}) of k_heads ({k_heads})"
+        )
+    rng = np.random.default_rng(seed)
+    signs = {w: rng.choice(np.array([-1, 1], np.int32), w) for w in sorted(widths)}
+    tensors: list[tuple[OutTensor, np.ndarray]] = []
+
+    def pq2(name, k, n, ptq1=False):
+        w = rng.standard_normal((n, k)) * 0.02
+        # folded weights read rotated activations; the embedding's rows are rotated forward,
+        # so that the host's inverse after the lookup gives the float row back
+        w = reference.fold(w, HADAMARD_BLOCK, signs[k])
+        raw = formats.pq2_quantize(w)
+        if ptq1:
+            data = formats.pq2_to_ptq1(raw, blocks_per_row=k // 128)
+            tensors.append((OutTensor(name, PTQ1_0, (k, n), data.nbytes), data))
+        else:
+            tensors.append((OutTensor(name, PQ2_0, (k, n), raw.nbytes), raw))
+
+    def f32(name, ne):
+        scale = 0.02 if len(ne) > 1 else 0.1
+        data = (float(len(ne) == 1) + scale * rng.standard_normal(ne[::-1])).astype("<f4")
+        tensors.append((OutTensor(name, F32, ne, data.nbytes), data))
+
+    folded = []
+    for name, kind, ne in dims.tensors():
+        if kind == "dense":
+            f32(name, ne)
+        else:
+            k, n = ne
+            pq2(name, k, n, ptq1=name == "output.weight")
+            if name != "token_embd.weight":
+                folded.append(name)
+
+    tokens = [f"<tok{i}>" for i in range(vocab)]
+    arch_keys = [
+        (k, V.STRING if isinstance(v, str) else V.FLOAT32 if isinstance(v, float) else V.UINT32, v)
+        for k, v in dims.keys(ARCH).items()
+    ]
+    kv: list[tuple[Any, ...]] = [
+        *arch_keys[:1],
+        ("general.name", V.STRING, "pyq2 demo (Bonsai-like)"),
+        ("general.file_type", V.UINT32, 141),  # LLAMA_FTYPE_MOSTLY_PQ2_0
+        ("general.quantization_version", V.UINT32, 2),
+        *arch_keys[1:],
+        (f"{ARCH}.context_length", V.UINT32, 4096),
+        (f"{ARCH}.rope.freq_base", V.FLOAT32, 1e7),
+        ("tokenizer.ggml.model", V.STRING, "gpt2"),
+        ("tokenizer.ggml.tokens", V.ARRAY, tokens, V.STRING),
+        ("tokenizer.ggml.token_type", V.ARRAY, np.ones(vocab, np.int32), V.INT32),
+        ("tokenizer.ggml.add_bos_token", V.BOOL, False),
+    ]
+    types = {str: V.STRING, bool: V.BOOL, int: V.UINT32}
+    for key, value in contract_keys(HADAMARD_BLOCK, signs, folded, ["token_embd.weight"], True):
+        if isinstance(value, (list, np.ndarray)):
+            is_str = len(value) and isinstance(value[0], str)
+            kv.append((key, V.ARRAY, value, V.STRING if is_str else V.INT32))
+        else:
+            kv.append((key, types[type(value)], value))
+    records = [gguf_io.encode_kv(*item) for item in kv]
+    with output.atomic_output(path, force=True) as staged:
+        gguf_io.write_gguf(staged, records, [t for t, _ in tensors], lambda i, t: (tensors[i][1],))
+    return Path(path)
+
+
+def run_demo(out_dir=None, echo=print, keep: bool = False) -> dict:
+    """Generate the demo model in out_dir, repack it to tiles, verify, and echo info and the
+    summary. Returns the paths and results.
+
+    Without out_dir the files go to a new temporary directory, removed at the end (the returned
+    paths then name removed files) unless `keep`; the last line echoed says which.
+    """
+    if out_dir is not None:
+        return _demo_in(Path(out_dir), echo)
+    tmp: str | None = None
+    try:
+        with interrupts.deferred():
+            tmp = tempfile.mkdtemp(prefix="pyq2-demo-")
+        result = _demo_in(Path(tmp), echo)
+    finally:
+        if tmp is not None and not keep:
+            with interrupts.deferred():
+                shutil.rmtree(tmp, ignore_errors=True)
+    if keep:
+        echo(f"kept the demo files in {tmp}")
+    else:
+        echo(f"removed the temporary directory {tmp} (-o DIR or --keep keeps the files)")
+    return result
+
+
+def _demo_in(out_dir: Path, echo) -> dict:
+    os.makedirs(out_dir, exist_ok=True)
+    model = write_demo_model(out_dir / "demo-bonsai-pq2.gguf")
+    echo(f"generated {model} ({model.stat().st_size / 1e6:.2f} MB, seed 0)")
+    summary = repack(model, layout="tiles", rt=2, force=True)
+    result = verify(model, summary.out_path)
+    echo("")
+    echo(format_info(summary.out_path))
+    echo("")
+    echo(summary.line())
+    echo(("verify: " if result.ok else "verify FAILED: ") + result.message)
+    return {"model": str(model), "repacked": summary.out_path, "summary": summary, "verify": result}

@@ -1,0 +1,362 @@
+"""Repack the PQ2-family weights of a GGUF file into a resident layout.
+
+Every PQ2_0 tensor, every PTQ1_0 and TQ2_0 tensor (both first turned into PQ2_0 blocks, which is
+lossless) and every weight an earlier pyq2 run repacked is converted to the requested layout
+("raw", "planes" or "tiles"; pyq2.gguf.metadata says how planes/tiles weights are stored). All other
+tensors and all metadata pass through byte for byte (key/values as the raw bytes of their
+records). The file is streamed: weights are read, checked and converted in slices of rows,
+whatever layout they are stored in, other tensors copied in chunks, and every piece is written
+and dropped before the next is read, into a temporary file that replaces OUT only when complete.
+Peak memory is therefore a few slices plus the scale region of the largest weight or fused
+tensor (1/17 of its bytes, kept until its code region is written), whatever the size of the
+model (tools/bench/repack_memory.py measures it).
+
+With `fuse`, the sibling projections that read one activation (pyq2.offline.fuse) are written as one
+fused tensor each, their rows one after another, streamed member after member; a fused source
+is read as the original tensors it holds, so any output (raw, or planes/tiles fused or not)
+gives them back under their own names, in their original order.
+
+pyq2.offline.verify proves a repacked file holds the same weights as its source.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import atomic as output
+from ..errors import FormatError, RepackError
+from ..gguf import io as gguf_io
+from ..gguf import metadata
+from ..gguf import weights as weight_io
+from ..gguf.contents import Entry, read_contents
+from ..gguf.io import GGUFFile, OutTensor
+from ..gguf.weights import Backend
+from ..spec import formats, layouts
+from . import fuse as fuse_mod
+from . import shard
+
+Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, tensor name)
+
+
+@dataclass
+class Summary:
+    in_path: str
+    out_path: str
+    layout: str
+    rt: int
+    dry_run: bool
+    backend: str
+    converted: int = 0
+    passed: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    seconds: float = 0.0
+    out_exists: bool = False  # OUT existed when the run began (a dry run notes it)
+    force: bool = False
+    fuse: bool = False
+    fused: int = 0  # fused tensors written
+    fused_members: int = 0  # the weights they hold
+    separate: list[str] = field(default_factory=list)  # sibling groups --fuse left apart, why
+    shards: list[str] = field(default_factory=list)  # the files of a --tp set, by rank
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_in / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "mb_per_s": round(self.mb_per_s, 1)}
+
+    def line(self) -> str:
+        what = "would write" if self.dry_run else "wrote"
+        if not self.converted:
+            layout = "nothing to convert: no PQ2_0, PTQ1_0 or TQ2_0 tensors"
+        else:
+            layout = f"{self.layout} rt={self.rt}" if self.layout == "tiles" else self.layout
+            if self.fuse:
+                layout += f"; {self.fused} fused tensors hold {self.fused_members} siblings"
+                n = len(self.separate)
+                if n:
+                    layout += f", {n} sibling group{' stays' if n == 1 else 's stay'} separate"
+        if self.dry_run and self.out_exists:
+            layout += "; it exists: " + ("--force replaces it" if self.force else "needs --force")
+        where = self.out_path
+        if self.shards:
+            where = ", ".join(self.shards)
+            layout += f"; {len(self.shards)} tensor-parallel shards, counts summed over them"
+        return (
+            f"{what} {where} ({layout}): {self.converted} tensors converted, "
+            f"{self.passed} passed through; {self.bytes_in / 1e6:.1f} MB in, "
+            f"{self.bytes_out / 1e6:.1f} MB out, {self.seconds:.2f} s, "
+            f"{self.mb_per_s:.1f} MB/s [{self.backend}]"
+        )
+
+
+def convert_weight(
+    backend: Backend, gf: GGUFFile, parts: Sequence[Entry], layout: str, rt: int
+) -> Iterator[np.ndarray]:
+    """Yield the bytes of one output weight in `layout`: the rows of `parts` one after another
+    (one weight, or the members of a fused tensor), checking every scale on the way.
+
+    Each part is converted in slices of whole rows (Entry.slices). For a slice of rows that
+    starts at a multiple of the tile height, the planes/tiles bytes of the slice are one
+    contiguous piece of the matrix's code region followed by one contiguous piece of its scale
+    region (FORMATS.md, "Slices"); every part but the last is whole tiles (pyq2.offline.fuse), so
+    that holds across parts too. The code pieces are written as they come and the scale pieces (1/17
+    of the bytes) are kept and written after them.
+    """
+    k = parts[0].info.k if parts[0].info is not None else 0
+    g = k // formats.PQ2_BLOCK_WEIGHTS
+    row_bytes = formats.pq2_matrix_bytes(1, k)
+    scale_parts = []
+    for part in parts:
+        stored = part.stored
+        assert stored is not None
+        rows = weight_io.slice_rows(
+            k, layouts.tile_rows(layout, rt), weight_io.stored_tile_rows(stored)
+        )
+        for r0, raw in part.slices(backend, gf, rows):
+            formats.check_scales(raw, blocks_per_row=g, tensor=part.name, first_row=r0)
+            if layout == "raw":
+                yield raw
+                continue
+            n = len(raw) // row_bytes
+            out = backend.convert(raw, n, k, "raw", layout, 0, rt)
+            code_bytes, _ = layouts.region_bytes(layout, n, k, rt)
+            yield out[:code_bytes]
+            scale_parts.append(np.array(out[code_bytes:]))
+            del out, raw
+    yield from scale_parts
+
+
+def _write(
+    gf: GGUFFile,
+    entries: Sequence[Entry],
+    records: list[bytes],
+    summary: Summary,
+    ops: Backend,
+    staged: str | None,
+    progress: Progress | None,
+    notice: output.Notice | None,
+    done: int,
+    total: int,
+) -> None:
+    """Write the tensors `entries` (the original tensors, or a shard's parts of them) and the
+    key/value records (then pyq2's own) as one file to `staged`; None: a dry run. Progress
+    counts the source bytes of all files written by the run (`total`), `done` before this one."""
+    layout, rt = summary.layout, summary.rt
+    groups: list[fuse_mod.Group] = []
+    if summary.fuse:
+        groups, separate = fuse_mod.plan_groups(gf, entries, layout, rt)
+        for line in separate:
+            if line not in summary.separate:
+                summary.separate.append(line)
+                if notice:
+                    notice(f"--fuse: {line}")
+    plan = fuse_mod.output_plan(entries, groups, layout, rt)
+    weights = [(it.out.name, it.info) for it in plan if it.info is not None]
+    if layout != "raw" and weights:
+        # A file without PQ2-family weights stays a plain GGUF file, identical to IN.
+        fused = {it.out.name: it.members for it in plan if it.members}
+        kvs = metadata.key_values(layout, rt, weights, fused)
+        records = records + [gguf_io.encode_kv(*kv) for kv in kvs]
+    outs = [it.out for it in plan]
+
+    def tensor_data(i: int, out: OutTensor) -> Iterator:
+        nonlocal done
+        item = plan[i]
+        if item.info is None:
+            for chunk in item.parts[0].chunks(gf):
+                yield chunk
+                done += len(chunk)
+                if progress:
+                    progress(done, total, out.name)
+            if out.nbytes == 0:
+                yield b""
+            summary.passed += 1
+            return
+        yield from convert_weight(ops, gf, item.parts, layout, rt)
+        done += sum(e.nbytes for e in item.parts)
+        summary.converted += len(item.parts)
+        if item.members:
+            summary.fused += 1
+            summary.fused_members += len(item.members)
+        if progress:
+            progress(done, total, out.name)
+
+    try:
+        if staged is None:
+            for i, out in enumerate(outs):
+                for chunk in tensor_data(i, out):
+                    del chunk
+            summary.bytes_out += gguf_io.file_size(records, outs, gf.alignment, gf.version)
+        else:
+            summary.bytes_out += gguf_io.write_gguf(
+                staged, records, outs, tensor_data, alignment=gf.alignment, version=gf.version
+            )
+    except FormatError as e:
+        if not str(e).startswith(gf.path):
+            raise FormatError(f"{gf.path}: {e}") from None
+        raise
+
+
+def shard_paths(out_path: str, g: int) -> list[str]:
+    """The files of a G-shard set written to OUT: OUT with .tp<G>-<rank> before its .gguf
+    suffix (model.gguf: model.tp2-0.gguf, model.tp2-1.gguf)."""
+    stem = out_path.removesuffix(".gguf")
+    return [f"{stem}.tp{g}-{rank}.gguf" for rank in range(g)]
+
+
+def default_out_path(in_path, layout: str, fused: bool = False) -> Path:
+    """IN with its .gguf suffix (and any earlier .pyq2-<layout>[-fused]) replaced by
+    .pyq2-<layout>.gguf, or .pyq2-<layout>-fused.gguf for a fused file."""
+    p = Path(in_path)
+    stem = p.name.removesuffix(".gguf")
+    for old in layouts.LAYOUT_NAMES:
+        stem = stem.removesuffix(f".pyq2-{old}-fused").removesuffix(f".pyq2-{old}")
+    return p.with_name(f"{stem}.pyq2-{layout}{'-fused' if fused else ''}.gguf")
+
+
+def _check_out_name(in_path: str, out_path: str, layout: str) -> None:
+    """Refuse an OUT (as given, before any shard suffix) that names no file: empty, or a
+    directory."""
+    if not os.path.exists(in_path):
+        raise FileNotFoundError(2, "No such file or directory", in_path)
+    if not out_path:
+        raise RepackError("the output path is empty; give -o a file name")
+    if out_path.endswith(os.sep) or os.path.isdir(out_path):
+        what = "is" if os.path.isdir(out_path) else "names"
+        example = os.path.join(out_path, default_out_path(in_path, layout).name)
+        raise RepackError(
+            f"output {out_path} {what} a directory; -o names the file, e.g. {example}"
+        )
+
+
+def _check_file(in_path: str, out_path: str, force: bool, dry_run: bool) -> bool:
+    """Refuse a file that cannot be written (pyq2.atomic.check_output says what it may be);
+    returns whether it exists."""
+    same = os.path.realpath(in_path) == os.path.realpath(out_path)
+    if not same and os.path.exists(out_path):
+        same = os.path.samefile(in_path, out_path)
+    if same:
+        raise RepackError(f"output {out_path} is the input file; choose another -o")
+    return output.check_output(out_path, force, dry_run)
+
+
+def option_error(layout: str, fuse: bool, tp: int | None) -> str | None:
+    """Why repack refuses this combination of options, or None: the rule repack() and the
+    command line (which answers with a usage error) share. tp None: no tensor-parallel set."""
+    if layout not in layouts.LAYOUT_NAMES:
+        return f"unknown layout {layout!r}: choose one of {', '.join(layouts.LAYOUT_NAMES)}"
+    if fuse and layout == "raw":
+        return (
+            "--fuse writes fused tensors in the planes or tiles layout, not --layout raw (which "
+            "splits a fused file back into its original tensors)"
+        )
+    if tp is not None and (
+        isinstance(tp, bool) or not isinstance(tp, int) or not 2 <= tp <= metadata.TP_MAX
+    ):
+        return f"--tp {tp!r}: a tensor-parallel set has 2 to {metadata.TP_MAX} shards"
+    if tp is not None and layout == "raw":
+        return "--tp writes shards in the planes or tiles layout, not --layout raw"
+    return None
+
+
+def repack(
+    in_path,
+    out_path=None,
+    layout: str = "tiles",
+    rt: int = 2,
+    dry_run: bool = False,
+    force: bool = False,
+    progress: Progress | None = None,
+    backend: str = "auto",
+    notice: output.Notice | None = None,
+    fuse: bool = False,
+    tp: int = 0,
+) -> Summary:
+    """Convert every PQ2-family weight of IN to `layout` and write OUT (see the module doc);
+    with `fuse`, sibling projections as fused tensors (planes and tiles only); with `tp` = G
+    (at least 2), the G tensor-parallel shards of the model (pyq2.plan.tensor_parallel) as G files
+    named shard_paths(OUT, G), each converted (and fused) as a whole file would be.
+
+    OUT is written through pyq2.atomic.atomic_output: it appears complete or not at all; without
+    `force` an existing OUT is refused, even one that appears while the repack runs. The shards
+    are staged together and appear together, none when any fails. `notice` receives one line
+    per stale temporary of an interrupted earlier run that is removed, and one per sibling group
+    `fuse` leaves separate.
+    """
+    t0 = time.perf_counter()
+    refused = option_error(layout, fuse, tp if tp else None)
+    if refused:
+        raise RepackError(refused)
+    if layout == "tiles":
+        try:
+            layouts.check_rt(rt)
+        except ValueError as e:
+            raise RepackError(str(e)) from None
+    rt = layouts.layout_rt(layout, rt)
+    in_path = os.fspath(in_path)
+    if out_path is None:
+        out_path = default_out_path(in_path, layout, fuse)
+    out_path = os.fspath(out_path)
+    _check_out_name(in_path, out_path, layout)
+    paths = shard_paths(out_path, tp) if tp else [out_path]
+    out_exists = False
+    for path in paths:
+        out_exists |= _check_file(in_path, path, force, dry_run)
+    ops = Backend(backend)
+    summary = Summary(
+        in_path,
+        out_path,
+        layout,
+        rt,
+        dry_run,
+        ops.name,
+        out_exists=out_exists,
+        force=force,
+        fuse=fuse,
+        shards=paths if tp else [],
+    )
+
+    with gguf_io.open_gguf(in_path) as gf:
+        if metadata.shard_of(gf) is not None:
+            raise RepackError(
+                f"{gf.path} is a tensor-parallel shard; shards are written from the whole "
+                f"model (pyq2 repack --tp G MODEL)"
+            )
+        contents = read_contents(gf)
+        records = [gf.kv_record(k) for k in gf.keys() if not k.startswith(metadata.KEY_PREFIX)]
+        files = [(contents.entries, records)]
+        if tp:
+            try:
+                plan = shard.plan_of_file(gf, contents, tp)
+            except FormatError as e:
+                raise RepackError(
+                    f"--tp {tp} cuts a qwen35 model along its heads, and this one does not "
+                    f"split: {e}"
+                ) from None
+            files = []
+            for rank in range(tp):
+                entries = shard.shard_entries(gf, contents, plan, rank)
+                files.append((entries, records + shard.split_records(entries, tp, rank)))
+        # one progress over all files: each file's bytes after those of the files before it
+        sizes = [sum(e.nbytes for e in entries) for entries, _ in files]
+        before = [sum(sizes[:i]) for i in range(len(files))]
+        if dry_run:
+            for (entries, recs), done in zip(files, before, strict=True):
+                _write(gf, entries, recs, summary, ops, None, progress, notice, done, sum(sizes))
+        else:  # the files appear together, when all are written
+            with output.atomic_outputs(paths, force, notice) as staged:
+                for path, (entries, recs), done in zip(staged, files, before, strict=True):
+                    _write(
+                        gf, entries, recs, summary, ops, path, progress, notice, done, sum(sizes)
+                    )
+        summary.bytes_in = gf.size
+    summary.seconds = time.perf_counter() - t0
+    return summary
