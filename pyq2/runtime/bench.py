@@ -28,7 +28,7 @@ from . import launch as parallel
 from .collective import Collective
 from .load import Model, load, synthetic
 from .step import DecodeStep
-from .timing import environment, graph_ms, read_bandwidth_gbs
+from .timing import environment, fill_random_mixers, graph_ms, read_bandwidth_gbs
 
 
 def measure(
@@ -41,6 +41,7 @@ def measure(
 ) -> dict[str, Any]:
     """One decode step of m tokens timed whole and by kinds of call (module docstring)."""
     step = DecodeStep(model, m, fuse=fuse, collective=collective)
+    fill_random_mixers(step)
     whole = graph_ms(step.run, replays)
     producers = graph_ms(lambda: step.run(("embedding", "producer")), replays)
     projections = graph_ms(lambda: step.run(("projection",)), replays)

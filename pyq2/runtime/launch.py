@@ -32,7 +32,7 @@ from ..lib.optional import require_torch
 from .collective import Nccl
 from .load import load, synthetic
 from .step import DecodeStep
-from .timing import environment, graph_ms, read_bandwidth_gbs
+from .timing import environment, fill_random_mixers, graph_ms, read_bandwidth_gbs
 
 
 def _free_port() -> int:
@@ -131,6 +131,7 @@ def bench_rank(rank: int, g: int, source: str, files: list[str], opts: dict) -> 
             whole = synthetic(source)
             for m in ms:
                 step = DecodeStep(whole, m, fuse=fuse)
+                fill_random_mixers(step)
                 single[m] = graph_ms(step.run, replays)
                 del step
             del whole
@@ -141,6 +142,7 @@ def bench_rank(rank: int, g: int, source: str, files: list[str], opts: dict) -> 
     rows = []
     for m in ms:
         step = DecodeStep(model, m, fuse=fuse, collective=collective)
+        fill_random_mixers(step)
         dist.barrier()
         whole_ms = graph_ms(step.run, replays)
         dist.barrier()

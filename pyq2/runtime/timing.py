@@ -107,3 +107,14 @@ def environment() -> dict[str, Any]:
         "commit": source_commit(),
         "libpq2": ffi.string(lib.pq2_version_string()).decode(),
     }
+
+
+def fill_random_mixers(step: Any, seed: int = 0) -> None:
+    """A benchmark's stand-in for the host's attention and recurrence: every mixer output of a
+    DecodeStep filled with standard normal values (deterministic in `seed`)."""
+    torch = require_torch()
+    for layer in sorted(step.mixer_out):
+        out = step.mixer_out[layer]
+        gen = torch.Generator(device=out.device).manual_seed(seed * 1_000_003 + layer)
+        x = torch.randn(out.shape, generator=gen, device=out.device)
+        out.copy_(x.to(out.dtype))

@@ -39,6 +39,7 @@ from pyq2.lib import cuda as pgpu  # noqa: E402
 from pyq2.lib import native as _native  # noqa: E402
 from pyq2.runtime.load import load  # noqa: E402
 from pyq2.runtime.step import DecodeStep  # noqa: E402
+from pyq2.runtime.timing import fill_random_mixers  # noqa: E402
 from pyq2.spec import layouts, reference  # noqa: E402
 
 from ..conftest import (  # noqa: E402
@@ -282,7 +283,8 @@ def test_ctypes_example_runs_the_demo_model(model, demo_unfolded, m):
     w, _, rot = demo_unfolded
     plan = model.plan
     # the first decode step's inputs of every stage (pyq2.runtime.step, the pyq2.lib.cuda host)
-    ds = DecodeStep(model, m, dtype=torch.float32, seed=m, fuse=False)
+    ds = DecodeStep(model, m, dtype=torch.float32, fuse=False)
+    fill_random_mixers(ds, m)
     r = keyed_rng("ctypes-demo", m)
     ds.ids.copy_(torch.from_numpy(r.integers(0, 1024, m).astype(np.int32)))
     records = ds.record()[1:]

@@ -27,6 +27,7 @@ from pyq2.gguf import io as gguf_io  # noqa: E402
 from pyq2.offline.repack import repack  # noqa: E402
 from pyq2.runtime.load import load, synthetic  # noqa: E402
 from pyq2.runtime.step import DecodeStep  # noqa: E402
+from pyq2.runtime.timing import fill_random_mixers  # noqa: E402
 from pyq2.spec import reference  # noqa: E402
 
 from ..conftest import (  # noqa: E402
@@ -50,7 +51,8 @@ def test_decode_step_matches_the_unfolded_model(demo_gguf, demo_unfolded, m, fus
     assert model.gdn_v_grouped and model.plan.attention_layers == (1,)
     w, dense, rot = demo_unfolded
     plan = model.plan
-    step = DecodeStep(model, m, dtype=torch.float32, seed=m, fuse=fuse)
+    step = DecodeStep(model, m, dtype=torch.float32, fuse=fuse)
+    fill_random_mixers(step, m)
     step.ids.copy_(torch.arange(m, dtype=torch.int32) * 37 % 1024)
     records = step.record()
     assert len(records) == 1 + len(plan.stages)

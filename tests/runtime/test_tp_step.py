@@ -24,6 +24,7 @@ torch = gpu_module()
 from pyq2.offline.repack import repack  # noqa: E402
 from pyq2.runtime.load import load, synthetic  # noqa: E402
 from pyq2.runtime.step import DecodeStep  # noqa: E402
+from pyq2.runtime.timing import fill_random_mixers  # noqa: E402
 from pyq2.spec import reference  # noqa: E402
 
 from ..conftest import run_pyq2  # noqa: E402
@@ -105,7 +106,8 @@ def test_shards_in_lockstep_give_the_single_gpu_step(demo_gguf, tmp_path, model,
     whole = load(repack(src, tmp_path / "w.gguf").out_path)
     shards = [load(p) for p in repack(src, tmp_path / "s.gguf", tp=g, fuse=fuse).shards]
     assert [s.tp for s in shards] == [(g, r) for r in range(g)]
-    one = DecodeStep(whole, m, dtype=torch.float32, seed=m)
+    one = DecodeStep(whole, m, dtype=torch.float32)
+    fill_random_mixers(one, m)
     steps = lockstep_steps(shards, m, dtype=torch.float32)
     vocab = whole.weights["output.weight"].shape[0]
     ids = torch.arange(m, dtype=torch.int32, device="cuda") * 91 % vocab
@@ -175,8 +177,10 @@ def test_nccl_with_one_rank_gives_the_bits_of_the_step_without_it(demo_gguf, tmp
     )
     try:
         whole = load(repack(demo_gguf, tmp_path / "w.gguf").out_path)
-        plain = DecodeStep(whole, 3, seed=1)
-        nccl = DecodeStep(whole, 3, seed=1, collective=Nccl())
+        plain = DecodeStep(whole, 3)
+        fill_random_mixers(plain, 1)
+        nccl = DecodeStep(whole, 3, collective=Nccl())
+        fill_random_mixers(nccl, 1)
         assert sum(c.kind == "reduce" for c in nccl.calls) == 2 * whole.plan.n_layers
         for step in (plain, nccl):
             step.ids.copy_(torch.tensor([5, 77, 1000], dtype=torch.int32))
