@@ -1,4 +1,4 @@
-"""The `pyq2` command line: repack, info, verify, demo, bench.
+"""The `pyq2` command line: generate, repack, info, verify, demo, bench.
 
 Exit status: 0 success, 1 error (one line `pyq2: error: ...` on stderr, no traceback) or a verify
 mismatch (`pyq2: verify: MISMATCH: ...`), 2 usage,
@@ -91,6 +91,76 @@ class _Bar:
 
 def _notice(line: str) -> None:
     print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+
+
+def _cmd_generate(args) -> int:
+    import json
+
+    from .runtime.generate import Options, Timings, encode_prompts, generate
+    from .runtime.open_model import open_model
+    from .text.sampling import SamplingParams
+
+    if (args.prompt is None) == (args.file is None):
+        args.usage_error(
+            "give a prompt with -p TEXT or a file of prompts with -f FILE (one a line)"
+        )
+    if args.file is not None:
+        with open(args.file, encoding="utf-8") as f:
+            prompts = [line.rstrip("\n") for line in f if line.strip()]
+        if not prompts:
+            raise ValueError(f"{args.file} holds no prompt (one prompt a line)")
+    else:
+        prompts = [args.prompt]
+    if args.n < 0:
+        args.usage_error(f"-n {args.n}: the number of tokens to generate is at least 0")
+    if args.ctx is not None and args.ctx < 2:
+        args.usage_error(f"--ctx {args.ctx}: the context holds at least 2 tokens")
+    params = SamplingParams(
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        repetition_penalty=args.repeat_penalty,
+        seed=args.seed,
+    )
+    options = Options(args.n, params, tuple(args.stop), args.chat, args.system)
+    model = open_model(args.model, device=args.device, context=args.ctx, batch=len(prompts))
+    ids = encode_prompts(model.tokenizer, prompts, options, model.chat_template)
+    stream = len(prompts) == 1 and not args.json
+    timings = Timings()
+
+    def on_text(i: int, text: str) -> None:
+        if stream:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    try:
+        seqs = generate(model.backend, model.tokenizer, ids, options, on_text, timings)
+    except KeyboardInterrupt:
+        if stream:
+            sys.stdout.write("\n")
+        for line in timings.lines():
+            print(f"{PROG}: {line}", file=sys.stderr)
+        raise
+    if args.json:
+        out = {
+            "model": args.model,
+            "results": [
+                {"prompt": p, "text": s.text, "tokens": len(s.tokens), "finish": s.finish}
+                for p, s in zip(prompts, seqs, strict=True)
+            ],
+            "timings": timings.as_dict(),
+        }
+        print(json.dumps(out, indent=1))
+        return 0
+    if stream:
+        print()
+    else:
+        for i, s in enumerate(seqs):
+            print(f"--- {i + 1}: {prompts[i]}")
+            print(s.text)
+    for line in timings.lines():
+        print(f"{PROG}: {line}", file=sys.stderr)
+    return 0
 
 
 def _cmd_repack(args) -> int:
@@ -214,6 +284,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--version", action=_VersionAction, help="print the versions of pyq2 and libpq2")
     sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    gen = sub.add_parser(
+        "generate", help="generate text from a qwen35 GGUF model (GPU, or the CPU for small ones)"
+    )
+    gen.set_defaults(usage_error=gen.error, func=_cmd_generate)
+    gen.add_argument("model", metavar="MODEL.gguf")
+    gen.add_argument("-p", "--prompt", help="the prompt text")
+    gen.add_argument("-f", "--file", help="a file of prompts, one a line, run as one batch")
+    gen.add_argument("-n", type=int, default=64, help="tokens to generate at most (default 64)")
+    gen.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default)")
+    gen.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (0: off)")
+    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1: off)")
+    gen.add_argument(
+        "--repeat-penalty", type=float, default=1.0, help="repetition penalty (1: off)"
+    )
+    gen.add_argument("--seed", type=int, help="seed of the sampler (default: fresh entropy)")
+    gen.add_argument(
+        "--stop", action="append", default=[], metavar="TEXT", help="stop at TEXT (repeatable)"
+    )
+    gen.add_argument("--chat", action="store_true", help="apply the file's chat template")
+    gen.add_argument("--system", help="a system message (with --chat)")
+    gen.add_argument("--ctx", type=int, help="context length (default: the model's, at most 4096)")
+    gen.add_argument(
+        "--device",
+        choices=("auto", "cpu", "gpu"),
+        default="auto",
+        help="where to run: the GPU when one is usable, else the CPU (small models only)",
+    )
+    gen.add_argument("--json", action="store_true", help="print the results and timings as JSON")
 
     r = sub.add_parser(
         "repack",

@@ -22,21 +22,84 @@ from typing import Any
 
 import numpy as np
 
-from .. import atomic as output
+from .. import atomic
 from .. import interrupts
 from ..gguf import io as gguf_io
+from ..gguf.contents import read_contents
+from ..gguf.float_weights import read_float_weights
 from ..gguf.io import GGUFValueType as V
 from ..gguf.io import OutTensor
+from ..gguf.metadata import KEY_PREFIX
 from ..gguf.types import F32, PQ2_0, PTQ1_0
 from ..plan.decode import Dims
 from ..spec import formats, reference
+from ..spec.rotation import PREFIX as ROTATION_PREFIX
 from ..spec.rotation import contract_keys
+from ..text.demo_vocab import MIN_VOCAB, demo_tokenizer_metadata
 from .info import format_info
 from .repack import repack
 from .verify import verify
 
 ARCH = "qwen35"
 HADAMARD_BLOCK = 128
+
+
+HEAD_SCALE = 0.25  # the output head's weights: logits of a few units on normed rows
+
+
+def rope_sections(rope_dim: int) -> list[int]:
+    """Qwen3.5's four multi-axis rope sections for rope_dim rotated dimensions, as the 27B's
+    11:11:10 of 32 pairs: the interleaved sections then cover every pair, so that for text (every
+    axis at the token's position) each pair rotates."""
+    pairs = rope_dim // 2
+    t = -(-pairs // 3)
+    return [t, t, pairs - 2 * t, 0]
+
+
+def _dense_values(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+    """The demo's dense tensors, in the file's conventions (FORMATS.md, "qwen35 tensors"): norms
+    stored as their multipliers (about 1), a decaying recurrence (ssm_a = -exp(A_log) with A_log
+    in [log 1, log 16]), a small dt bias, a convolution that passes its input on."""
+    shape = ne[::-1]
+    if name.endswith("ssm_a"):
+        return -np.exp(rng.uniform(np.log(1.0), np.log(16.0), shape))
+    if name.endswith("ssm_dt.bias"):
+        return rng.uniform(-2.0, 0.0, shape)
+    if name.endswith("ssm_conv1d.weight"):
+        return 0.3 + 0.2 * rng.standard_normal(shape)
+    if len(ne) == 1:  # norm weights
+        return 1.0 + 0.1 * rng.standard_normal(shape)
+    return 0.02 * rng.standard_normal(shape)
+
+
+def _tokenizer_keys(vocab: int) -> list[tuple[Any, ...]]:
+    """The tokenizer.* records of a byte-level BPE vocabulary of `vocab` tokens; below
+    MIN_VOCAB (the fuzzer's tiny models) placeholder tokens that no tokenizer accepts."""
+    out: list[tuple[Any, ...]] = []
+    if vocab < MIN_VOCAB:
+        return [
+            ("tokenizer.ggml.model", V.STRING, "gpt2"),
+            ("tokenizer.ggml.tokens", V.ARRAY, [f"<tok{i}>" for i in range(vocab)], V.STRING),
+            ("tokenizer.ggml.token_type", V.ARRAY, np.ones(vocab, np.int32), V.INT32),
+        ]
+    for key, value in demo_tokenizer_metadata(vocab).items():
+        if isinstance(value, bool):
+            out.append((key, V.BOOL, value))
+        elif isinstance(value, int):
+            out.append((key, V.UINT32, value))
+        elif isinstance(value, str):
+            out.append((key, V.STRING, value))
+        else:
+            is_str = len(value) > 0 and isinstance(value[0], str)
+            out.append(
+                (
+                    key,
+                    V.ARRAY,
+                    list(value) if is_str else np.asarray(value, np.int32),
+                    V.STRING if is_str else V.INT32,
+                )
+            )
+    return out
 
 
 def write_demo_model(
@@ -70,7 +133,8 @@ def write_demo_model(
     tensors: list[tuple[OutTensor, np.ndarray]] = []
 
     def pq2(name, k, n, ptq1=False):
-        w = rng.standard_normal((n, k)) * 0.02
+        # a sharp head (logits of a few units) keeps greedy decoding away from near-ties
+        w = rng.standard_normal((n, k)) * (HEAD_SCALE if name == "output.weight" else 0.02)
         # folded weights read rotated activations; the embedding's rows are rotated forward,
         # so that the host's inverse after the lookup gives the float row back
         w = reference.fold(w, HADAMARD_BLOCK, signs[k])
@@ -82,8 +146,7 @@ def write_demo_model(
             tensors.append((OutTensor(name, PQ2_0, (k, n), raw.nbytes), raw))
 
     def f32(name, ne):
-        scale = 0.02 if len(ne) > 1 else 0.1
-        data = (float(len(ne) == 1) + scale * rng.standard_normal(ne[::-1])).astype("<f4")
+        data = _dense_values(name, ne, rng).astype("<f4")
         tensors.append((OutTensor(name, F32, ne, data.nbytes), data))
 
     folded = []
@@ -96,7 +159,6 @@ def write_demo_model(
             if name != "token_embd.weight":
                 folded.append(name)
 
-    tokens = [f"<tok{i}>" for i in range(vocab)]
     arch_keys = [
         (k, V.STRING if isinstance(v, str) else V.FLOAT32 if isinstance(v, float) else V.UINT32, v)
         for k, v in dims.keys(ARCH).items()
@@ -109,10 +171,9 @@ def write_demo_model(
         *arch_keys[1:],
         (f"{ARCH}.context_length", V.UINT32, 4096),
         (f"{ARCH}.rope.freq_base", V.FLOAT32, 1e7),
-        ("tokenizer.ggml.model", V.STRING, "gpt2"),
-        ("tokenizer.ggml.tokens", V.ARRAY, tokens, V.STRING),
-        ("tokenizer.ggml.token_type", V.ARRAY, np.ones(vocab, np.int32), V.INT32),
-        ("tokenizer.ggml.add_bos_token", V.BOOL, False),
+        (f"{ARCH}.rope.dimension_count", V.UINT32, head_dim // 4),
+        (f"{ARCH}.rope.dimension_sections", V.ARRAY, rope_sections(head_dim // 4), V.INT32),
+        *_tokenizer_keys(vocab),
     ]
     types = {str: V.STRING, bool: V.BOOL, int: V.UINT32}
     for key, value in contract_keys(HADAMARD_BLOCK, signs, folded, ["token_embd.weight"], True):
@@ -122,7 +183,33 @@ def write_demo_model(
         else:
             kv.append((key, types[type(value)], value))
     records = [gguf_io.encode_kv(*item) for item in kv]
-    with output.atomic_output(path, force=True) as staged:
+    with atomic.atomic_output(path, force=True) as staged:
+        gguf_io.write_gguf(staged, records, [t for t, _ in tensors], lambda i, t: (tensors[i][1],))
+    return Path(path)
+
+
+def write_float_twin(src, path) -> Path:
+    """Write the float twin of a folded model file: the same model with every tensor as F32 in
+    the file's own conventions (pyq2.gguf.float_weights: weights dequantised and unfolded), its
+    metadata less the rotation contract and pyq2's own keys, general.file_type 0 (all F32). A
+    reader that knows neither PQ2_0 nor the rotation (transformers' GGUF integration, llama.cpp)
+    loads it as a plain qwen35 model."""
+    with gguf_io.open_gguf(src) as gf:
+        weights = read_float_weights(gf)
+        records = []
+        for key in gf.keys():
+            if key.startswith((ROTATION_PREFIX, KEY_PREFIX)):
+                continue
+            if key == "general.file_type":
+                records.append(gguf_io.encode_kv(key, V.UINT32, 0))  # LLAMA_FTYPE_ALL_F32
+            else:
+                records.append(gf.kv_record(key))
+        names = [e.name for e in read_contents(gf, check_bytes=False).entries]
+    tensors = []
+    for name in names:
+        data = np.ascontiguousarray(weights[name], dtype="<f4")
+        tensors.append((OutTensor(name, F32, tuple(reversed(data.shape)), data.nbytes), data))
+    with atomic.atomic_output(path, force=True) as staged:
         gguf_io.write_gguf(staged, records, [t for t, _ in tensors], lambda i, t: (tensors[i][1],))
     return Path(path)
 

@@ -127,6 +127,9 @@ class Model:
     tp: tuple[int, int] | None = None  # a tensor-parallel shard's (G, rank); None: whole
     # a shard's parts (pyq2.plan.tensor_parallel)
     splits: dict[str, Split] = field(default_factory=dict)
+    # the matrices decode steps concatenate (pyq2.runtime.step.concat_rows), by member names:
+    # made once for every step of the model
+    concatenated: dict[tuple[str, ...], PQ2Weights] = field(default_factory=dict)
 
     def rotation_for(self, width: int) -> DeviceRotation | None:
         return self.rotations.get(width)

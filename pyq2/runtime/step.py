@@ -9,18 +9,19 @@ read it:
   projection or ffn_down; none before the first layer), RMSNorm with the stage's norm weight,
   rotate, Q8; the un-rotated normed rows also go to the un-folded side projections (ssm_alpha,
   ssm_beta: dense, computed with torch);
-- mixer stage: the mixer's output (attention or recurrence: the host's work, here a buffer the
-  host fills, `mixer_out[layer]`), permuted to the grouped V-head order for a Gated-DeltaNet
-  layer when the file says so, rotated, Q8, then attn_output / ssm_out;
+- mixer stage: the mixer's output (attention or recurrence: the host's work, a buffer the host
+  fills, `mixer_out[layer]`: with `mixer` given, a "mixer" call mixer(layer) right before the
+  stage's producer, after the stage's inputs are all written), permuted to the grouped V-head order
+  for a Gated-DeltaNet layer when the file says so, rotated, Q8, then attn_output / ssm_out;
 - swiglu stage: silu(gate) * up of the FFN's gate and up outputs, rotated, Q8, then ffn_down.
 
 With `fuse` (the default), the projections of one stage that read the same activation (attention
 q/k/v, Gated-DeltaNet qkv and gate, FFN gate and up; the side projections alike) run as one
 matmul writing one output whose column ranges are the projections' outputs: on the file's fused
 matrix when the file has one for them (`pyq2 repack --fuse`, Model.fused; no copy), else on a
-concatenation of their tiles-layout matrices made for the step (one more device copy of those
-weights). Without `fuse` each projection runs alone (the members of a fused matrix then get
-matrices of their own: Weight.matrix).
+concatenation of their tiles-layout matrices made once for all the model's steps (one more device
+copy of those weights). Without `fuse` each projection runs alone (the members of a fused matrix
+then get matrices of their own: Weight.matrix).
 
 A tensor-parallel shard's step (pyq2.plan.tensor_parallel; `collective` given, of the shard's size
 and rank) runs the rank's parts: after each row-parallel projection (attn_output, ssm_out,
@@ -53,7 +54,7 @@ from .load import Model
 
 @dataclass
 class Call:
-    kind: str  # "embedding", "producer", "projection", "side", "reduce", "gather"
+    kind: str  # "embedding", "producer", "projection", "side", "mixer", "reduce", "gather"
     stage: Stage | None
     fn: Callable[[], Any]
     inputs: dict[str, Any] | None = None  # a producer's input buffers, by role
@@ -68,6 +69,7 @@ class DecodeStep:
         dtype: Any = None,
         fuse: bool = True,
         collective: Collective | None = None,
+        mixer: Callable[[int], Any] | None = None,
     ):
         torch = require_torch()
         g, rank = model.tp or (1, 0)
@@ -79,6 +81,7 @@ class DecodeStep:
                 f"{model.source}, which is rank {rank} of {g}"
             )
         self.collective = collective
+        self.mixer = mixer
         self.model, self.m = model, m
         self.dtype = dtype if dtype is not None else torch.bfloat16
         plan = model.plan
@@ -104,7 +107,10 @@ class DecodeStep:
             self.q8.setdefault(width, Q8Operand.empty(m, width, dev))
             self.matmuls[i] = []
             for mats, columns in matmul_groups(model, stage.projections, fuse):
-                w = concat_rows(mats)
+                key = tuple(name for name, _, _ in columns)
+                if len(mats) > 1 and key not in model.concatenated:
+                    model.concatenated[key] = concat_rows(mats)
+                w = model.concatenated[key] if len(mats) > 1 else mats[0]
                 out = empty(m, w.n)
                 self.matmuls[i].append((w, out))
                 ws = max(ws, w.workspace_size(m))
@@ -179,6 +185,8 @@ class DecodeStep:
                 )
                 cur = cur if residual is None else 1 - cur
             elif stage.producer == "mixer":
+                if self.mixer is not None:  # the host's attention or recurrence of the layer
+                    calls.append(Call("mixer", stage, _bind(self.mixer, stage.layer)))
                 heads = (
                     (plan.v_heads, plan.k_heads)
                     if stage.permute and model.gdn_v_grouped
@@ -233,7 +241,10 @@ class DecodeStep:
             return
         main, pending = torch.cuda.current_stream(), None
         for c in self.calls:
-            joins = c.kind == "producer" and c.stage is not None and c.stage.producer == "norm"
+            # the host's mixer reads the side projections' outputs (ssm_alpha, ssm_beta)
+            joins = c.kind == "mixer" or (
+                c.kind == "producer" and c.stage is not None and c.stage.producer == "norm"
+            )
             if pending is not None and joins:
                 main.wait_event(pending)
                 pending = None

@@ -1,0 +1,212 @@
+"""Text generation over a model backend: prompts in, streamed text and timings out.
+
+`generate(backend, tokenizer, prompts, options, on_text)` tokenises each prompt (through the
+file's chat template with options.chat), runs the prompts through the backend (each sequence its
+own caches and positions), then decodes every unfinished sequence together, one token each per
+step, sampling with options.sampling. A sequence stops at an end-of-sequence token, at a stop
+string (the text before it is kept) or after options.max_tokens tokens. Text is streamed through
+on_text(sequence, text) as it becomes complete UTF-8 past any stop string that may still match.
+
+A backend is the model on some device (ModelBackend): pyq2.runtime.cpu_model runs the numpy
+reference on the CPU, pyq2.runtime.gpu_model libpq2's weight path with torch mixers on a GPU.
+The timings are what a llama.cpp user expects: prompt tokens/s, decode tokens/s and the time to
+first token; an interruption (Ctrl-C) ends the generation early with `interrupted` set and the
+timings so far.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..errors import FormatError
+from ..text.chat import render_chat
+from ..text.sampling import SamplingParams, StopChecker
+from ..text.tokenizer import StreamDecoder, Tokenizer
+
+
+class ModelBackend(Protocol):
+    name: str  # what runs it, for the timings line ("cpu (numpy)", "gpu (NVIDIA H200)")
+    n_vocab: int
+    context: int  # the most positions a sequence may hold
+
+    def prefill(self, prompts: list[list[int]]) -> Any:
+        """Start one sequence per prompt (fresh caches) and run the prompts through the model;
+        the logits (B, V) of each prompt's last token."""
+
+    def decode(self, tokens: list[int]) -> Any:
+        """One step: tokens[b] is sequence b's next token; the logits (B, V) after it."""
+
+    def sample(self, logits: Any, params: SamplingParams, history: list[list[int]]) -> list[int]:
+        """The next token of each row of logits."""
+
+
+@dataclass(frozen=True)
+class Options:
+    max_tokens: int = 64
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop: tuple[str, ...] = ()
+    chat: bool = False
+    system: str | None = None
+
+
+@dataclass
+class Sequence_:
+    prompt: list[int]
+    tokens: list[int] = field(default_factory=list)
+    text: str = ""
+    finish: str | None = None  # "eos", "stop", "length", "context"
+
+
+@dataclass
+class Timings:
+    backend: str = ""
+    prompt_tokens: int = 0
+    prompt_s: float = 0.0
+    decode_tokens: int = 0
+    decode_s: float = 0.0
+    first_token_s: float = 0.0
+    interrupted: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "backend": self.backend,
+            "prompt_tokens": self.prompt_tokens,
+            "prompt_s": self.prompt_s,
+            "prompt_tokens_per_s": _rate(self.prompt_tokens, self.prompt_s),
+            "decode_tokens": self.decode_tokens,
+            "decode_s": self.decode_s,
+            "decode_tokens_per_s": _rate(self.decode_tokens, self.decode_s),
+            "time_to_first_token_s": self.first_token_s,
+            "interrupted": self.interrupted,
+        }
+
+    def lines(self) -> list[str]:
+        d = self.as_dict()
+        return [
+            f"backend: {self.backend}",
+            f"prompt: {self.prompt_tokens} tokens in {self.prompt_s * 1e3:.1f} ms "
+            f"({d['prompt_tokens_per_s']:.1f} tokens/s)",
+            f"decode: {self.decode_tokens} tokens in {self.decode_s * 1e3:.1f} ms "
+            f"({d['decode_tokens_per_s']:.1f} tokens/s)",
+            f"time to first token: {self.first_token_s * 1e3:.1f} ms"
+            + (" (interrupted)" if self.interrupted else ""),
+        ]
+
+
+def _rate(n: int, s: float) -> float:
+    return n / s if s > 0 else 0.0
+
+
+def encode_prompts(
+    tokenizer: Tokenizer, prompts: Sequence[str], options: Options, template: str | None
+) -> list[list[int]]:
+    """The token ids of each prompt (through the chat template with options.chat)."""
+    out = []
+    for i, p in enumerate(prompts):
+        if options.chat:
+            messages = [{"role": "system", "content": options.system}] if options.system else []
+            messages.append({"role": "user", "content": p})
+            p = render_chat(template, messages, add_generation_prompt=True)
+        ids = tokenizer.encode(p)
+        if not ids:
+            raise ValueError(
+                f"prompt {i + 1} is empty: give at least one character of text"
+                if len(prompts) > 1
+                else "the prompt is empty: give at least one character of text"
+            )
+        out.append(ids)
+    return out
+
+
+def check_prompts(prompts: list[list[int]], n_vocab: int, context: int, max_tokens: int) -> None:
+    """ValueError for a prompt that does not fit the context or holds an unknown token id."""
+    for i, ids in enumerate(prompts):
+        bad = [t for t in ids if not 0 <= t < n_vocab]
+        if bad:
+            raise FormatError(
+                f"prompt {i + 1} holds token id {bad[0]}, outside the vocabulary of {n_vocab}"
+            )
+        if len(ids) >= context:
+            raise ValueError(
+                f"prompt {i + 1} is {len(ids)} tokens, and the context holds {context}: "
+                f"shorten it or give a larger --ctx"
+            )
+    if max_tokens < 0:
+        raise ValueError(f"-n {max_tokens}: the number of tokens to generate is at least 0")
+
+
+def generate(
+    backend: ModelBackend,
+    tokenizer: Tokenizer,
+    prompts: list[list[int]],
+    options: Options,
+    on_text: Callable[[int, str], None] | None = None,
+    timings: Timings | None = None,
+) -> list[Sequence_]:
+    """Run the prompts (token ids) and decode (module docstring); fills `timings` as it goes,
+    so that an interrupted caller still has the figures so far."""
+    check_prompts(prompts, backend.n_vocab, backend.context, options.max_tokens)
+    t = timings if timings is not None else Timings()
+    t.backend = backend.name
+    seqs = [Sequence_(list(p)) for p in prompts]
+    decoders = [StreamDecoder(tokenizer, skip_special=True) for _ in seqs]
+    stops = [StopChecker(options.stop) for _ in seqs]
+    eos = set(tokenizer.eos_ids)
+    emit = on_text or (lambda i, s: None)
+
+    def accept(i: int, token: int) -> None:
+        s = seqs[i]
+        if token in eos:
+            s.finish = "eos"
+            return
+        s.tokens.append(token)
+        shown = stops[i].push(decoders[i].push(token))
+        s.text += shown
+        if shown:
+            emit(i, shown)
+        if stops[i].stopped:
+            s.finish = "stop"
+        elif len(s.tokens) >= options.max_tokens:
+            s.finish = "length"
+        elif len(s.prompt) + len(s.tokens) >= backend.context:
+            s.finish = "context"
+
+    t0 = time.perf_counter()
+    try:
+        if options.max_tokens == 0:
+            return seqs
+        t.prompt_tokens = sum(len(p) for p in prompts)
+        logits = backend.prefill([list(p) for p in prompts])
+        history = [list(p) for p in prompts]
+        nxt = backend.sample(logits, options.sampling, history)
+        t.prompt_s = t.first_token_s = time.perf_counter() - t0
+        for i, tok in enumerate(nxt):
+            accept(i, tok)
+            history[i].append(tok)
+        t1 = time.perf_counter()
+        while any(s.finish is None for s in seqs):
+            # finished sequences stay in the batch (fixed batch shapes) with a repeated token
+            feed = [h[-1] for h in history]
+            logits = backend.decode(feed)
+            nxt = backend.sample(logits, options.sampling, history)
+            for i, tok in enumerate(nxt):
+                if seqs[i].finish is None:
+                    accept(i, tok)
+                    history[i].append(tok)
+                    t.decode_tokens += 1
+                else:
+                    history[i].append(history[i][-1])
+            t.decode_s = time.perf_counter() - t1
+    except KeyboardInterrupt:
+        t.interrupted = True
+        raise
+    finally:
+        for i, s in enumerate(seqs):
+            tail = stops[i].push(decoders[i].flush()) + stops[i].flush()
+            if tail:
+                s.text += tail
+                emit(i, tail)
+    return seqs

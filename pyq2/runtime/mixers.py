@@ -1,0 +1,248 @@
+"""The host's part of a qwen35 layer on the GPU, in torch: attention and the Gated-DeltaNet
+recurrence between a layer's input projections and its output projection.
+
+Both read the projections' outputs as DecodeStep leaves them and write the mixer output the
+step's mixer producer reads, in the file's conventions (pyq2.spec.qwen35 is the numpy reference
+of the same arithmetic; FORMATS.md "qwen35 tensors" says what the file holds):
+
+- attention: the joint query+gate projection split per head ([q | gate] of head_dim each),
+  per-head RMSNorm of q and k with the file's multipliers, NEOX rotary embedding of the first
+  rope_dim dimensions, K and V written into a preallocated cache, grouped-query softmax
+  attention (query head h reads KV head h // (H / H_kv)), times sigmoid(gate);
+- Gated-DeltaNet: the causal convolution continuing from its rolling state, SiLU, the q/k/v
+  split, q and k tiled to the V heads (the file's tiled order: V head j reads K head j % H_k),
+  L2-normalised, beta = sigmoid(b), g = ssm_a * softplus(a + dt_bias), the gated delta rule on
+  a float32 state per sequence, the gated RMSNorm with silu(z).
+
+A prompt runs one sequence's tokens at a time (`prefill`, rows = tokens); a decode step runs
+one token of each of B sequences (`decode`, row b = sequence b at its own position). The
+recurrence uses flash-linear-attention's Triton kernels where the `fla` package imports
+(chunk_gated_delta_rule for a prompt, fused_recurrent_gated_delta_rule for a step) and a torch
+loop of the same rule otherwise; everything here can be captured in a CUDA graph once warm.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..lib.optional import require_torch
+
+L2_EPS = 1e-6  # the L2 normalisation of q and k: x / sqrt(sum(x^2) + eps), as fla and transformers
+
+
+@dataclass(frozen=True)
+class Dims:
+    """The sizes the mixers need (from pyq2.spec.qwen35.Config)."""
+
+    n_head: int
+    n_head_kv: int
+    head_dim: int
+    rope_dim: int
+    rope_base: float
+    eps: float
+    conv_kernel: int
+    k_heads: int
+    v_heads: int
+    k_dim: int  # Gated-DeltaNet key head width (ssm.state_size)
+    v_dim: int  # value head width (ssm.inner_size / v_heads)
+
+
+def fla_ops() -> tuple[Any, Any] | None:
+    """(chunk_gated_delta_rule, fused_recurrent_gated_delta_rule) of flash-linear-attention, or
+    None when it does not import."""
+    try:
+        from fla.ops.gated_delta_rule import (
+            chunk_gated_delta_rule,
+            fused_recurrent_gated_delta_rule,
+        )
+    except Exception:  # not installed, or no triton / GPU for it
+        return None
+    return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+
+
+def rms_norm(x: Any, w: Any, eps: float) -> Any:
+    torch = require_torch()
+    x32 = x.float()
+    return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps) * w.float()
+
+
+def l2_norm(x: Any) -> Any:
+    torch = require_torch()
+    x32 = x.float()
+    return x32 * torch.rsqrt(x32.pow(2).sum(-1, keepdim=True) + L2_EPS)
+
+
+class Rope:
+    """cos/sin of every position up to `context` (float64 angles rounded once), gathered by
+    position (a device tensor), so that a captured graph reads the positions of each replay."""
+
+    def __init__(self, dims: Dims, context: int, device: Any):
+        torch = require_torch()
+        half = dims.rope_dim // 2
+        inv = dims.rope_base ** (-2.0 * torch.arange(half, dtype=torch.float64) / dims.rope_dim)
+        angle = torch.arange(context, dtype=torch.float64)[:, None] * inv[None, :]
+        self.cos = torch.cos(angle).float().to(device)
+        self.sin = torch.sin(angle).float().to(device)
+        self.half, self.n_rot = half, dims.rope_dim
+
+    def __call__(self, x: Any, positions: Any) -> Any:
+        """x: (T, H, D) float32; positions: (T,) int64 on the device."""
+        torch = require_torch()
+        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+        x1, x2 = x[..., : self.half], x[..., self.half : self.n_rot]
+        rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+        return torch.cat([rotated, x[..., self.n_rot :]], dim=-1)
+
+
+class Attention:
+    """One full-attention layer's cache (B sequences x context positions, bf16 by default) and
+    its arithmetic."""
+
+    def __init__(self, dims: Dims, weights: dict[str, Any], batch: int, context: int,
+                 rope: Rope, device: Any, cache_dtype: Any = None):  # fmt: skip
+        torch = require_torch()
+        self.d, self.rope = dims, rope
+        self.q_norm, self.k_norm = weights["q_norm"].float(), weights["k_norm"].float()
+        dtype = cache_dtype if cache_dtype is not None else torch.bfloat16
+        shape = (batch, dims.n_head_kv, context, dims.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.scale = 1.0 / math.sqrt(dims.head_dim)
+
+    def _qkv(self, q_gate: Any, k: Any, v: Any, positions: Any) -> tuple[Any, ...]:
+        d, t = self.d, q_gate.shape[0]
+        qg = q_gate.float().reshape(t, d.n_head, 2 * d.head_dim)
+        q, gate = qg[..., : d.head_dim], qg[..., d.head_dim :]
+        q = self.rope(rms_norm(q, self.q_norm, d.eps), positions)
+        k = self.rope(rms_norm(k.float().reshape(t, d.n_head_kv, d.head_dim), self.k_norm, d.eps),
+                      positions)  # fmt: skip
+        return q, gate, k, v.float().reshape(t, d.n_head_kv, d.head_dim)
+
+    def prefill(self, q_gate: Any, k: Any, v: Any, seq: int, start: int, out: Any) -> None:
+        """Rows: tokens start.. of sequence `seq`; out (T, H * D) gets the mixer output."""
+        torch = require_torch()
+        t = q_gate.shape[0]
+        pos = torch.arange(start, start + t, device=q_gate.device)
+        q, gate, k, v = self._qkv(q_gate, k, v, pos)
+        self.k[seq, :, start : start + t] = k.transpose(0, 1).to(self.k.dtype)
+        self.v[seq, :, start : start + t] = v.transpose(0, 1).to(self.v.dtype)
+        keys = self.k[seq : seq + 1, :, : start + t].float()
+        values = self.v[seq : seq + 1, :, : start + t].float()
+        visible = torch.arange(start + t, device=pos.device)[None, :] <= pos[:, None]
+        o = self._attend(q.transpose(0, 1)[None], keys, values, visible[None, None])
+        out.copy_((o[0].transpose(0, 1) * torch.sigmoid(gate)).reshape(t, -1))
+
+    def decode(self, q_gate: Any, k: Any, v: Any, positions: Any, span: int, out: Any) -> None:
+        """Row b: sequence b's token at positions[b] (< span, the cache positions attended)."""
+        torch = require_torch()
+        b = q_gate.shape[0]
+        q, gate, k, v = self._qkv(q_gate, k, v, positions)
+        rows = torch.arange(b, device=positions.device)
+        self.k[rows, :, positions] = k.to(self.k.dtype)
+        self.v[rows, :, positions] = v.to(self.v.dtype)
+        keys, values = self.k[:b, :, :span].float(), self.v[:b, :, :span].float()
+        visible = torch.arange(span, device=positions.device)[None, :] <= positions[:, None]
+        o = self._attend(q[:, :, None, :], keys, values, visible[:, None, None, :])
+        out.copy_((o[:, :, 0] * torch.sigmoid(gate)).reshape(b, -1))
+
+    def _attend(self, q: Any, k: Any, v: Any, mask: Any) -> Any:
+        """q (N, H, T, D), k/v (N, H_kv, S, D), mask (N, 1, T, S) bool; (N, H, T, D)."""
+        f = require_torch().nn.functional
+        return f.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=self.scale,
+                                              enable_gqa=True)  # fmt: skip
+
+
+class GatedDeltaNet:
+    """One Gated-DeltaNet layer's rolling conv state and float32 recurrent state per sequence,
+    and its arithmetic."""
+
+    def __init__(self, dims: Dims, weights: dict[str, Any], batch: int, device: Any,
+                 use_fla: bool = True):  # fmt: skip
+        torch = require_torch()
+        self.d = dims
+        self.conv_w = weights["conv"].float()  # (C, K)
+        self.a, self.dt_bias = weights["a"].float(), weights["dt_bias"].float()
+        self.norm = weights["norm"].float()
+        channels = self.conv_w.shape[0]
+        self.conv = torch.zeros(batch, dims.conv_kernel - 1, channels, device=device)
+        self.state = torch.zeros(batch, dims.v_heads, dims.k_dim, dims.v_dim, device=device)
+        self.fla = fla_ops() if use_fla else None
+        self.scale = 1.0 / math.sqrt(dims.k_dim)
+
+    def reset(self) -> None:
+        self.conv.zero_()
+        self.state.zero_()
+
+    def _split(self, y: Any, alpha: Any, beta: Any) -> tuple[Any, ...]:
+        torch = require_torch()
+        d, t = self.d, y.shape[0]
+        qk = d.k_heads * d.k_dim
+        rep = d.v_heads // d.k_heads
+        q = y[:, :qk].reshape(t, d.k_heads, d.k_dim).repeat(1, rep, 1)  # tiled: V head j, K j % H_k
+        k = y[:, qk : 2 * qk].reshape(t, d.k_heads, d.k_dim).repeat(1, rep, 1)
+        v = y[:, 2 * qk :].reshape(t, d.v_heads, d.v_dim)
+        g = self.a * torch.nn.functional.softplus(alpha.float() + self.dt_bias)
+        return l2_norm(q), l2_norm(k), v, g, torch.sigmoid(beta.float())
+
+    def _out(self, o: Any, z: Any, out: Any) -> None:
+        torch = require_torch()
+        t = o.shape[0]
+        zz = z.float().reshape(t, self.d.v_heads, self.d.v_dim)
+        gated = rms_norm(o, self.norm, self.d.eps) * torch.nn.functional.silu(zz)
+        out.copy_(gated.reshape(t, -1))
+
+    def prefill(self, qkv: Any, z: Any, alpha: Any, beta: Any, seq: int, out: Any) -> None:
+        """Rows: the next tokens of sequence `seq` (its states continue)."""
+        torch = require_torch()
+        t, kernel = qkv.shape[0], self.d.conv_kernel
+        xp = torch.cat([self.conv[seq], qkv.float()], dim=0)  # (K - 1 + T, C)
+        y = sum(self.conv_w[:, j] * xp[j : j + t] for j in range(kernel))
+        self.conv[seq].copy_(xp[t:])
+        q, k, v, g, b = self._split(torch.nn.functional.silu(y), alpha, beta)
+        state = self.state[seq : seq + 1]
+        if self.fla is not None:
+            o, final = self.fla[0](q[None], k[None], v[None], g[None], b[None], scale=self.scale,
+                                   initial_state=state, output_final_state=True)  # fmt: skip
+            o = o[0]
+        else:
+            o, final = _recurrent(q[None], k[None], v[None], g[None], b[None], state, self.scale)
+            o = o[0]
+        state.copy_(final)
+        self._out(o.float(), z, out)
+
+    def decode(self, qkv: Any, z: Any, alpha: Any, beta: Any, out: Any) -> None:
+        """Row b: sequence b's next token."""
+        torch = require_torch()
+        b = qkv.shape[0]
+        xp = torch.cat([self.conv[:b], qkv.float()[:, None, :]], dim=1)  # (B, K, C)
+        y = (xp * self.conv_w.t()[None]).sum(1)
+        self.conv[:b].copy_(xp[:, 1:])
+        q, k, v, g, beta_ = self._split(torch.nn.functional.silu(y), alpha, beta)
+        state = self.state[:b]
+        # (B, 1, H, D): each sequence one token
+        args = (q[:, None], k[:, None], v[:, None], g[:, None], beta_[:, None])
+        if self.fla is not None:
+            o, final = self.fla[1](*args, scale=self.scale, initial_state=state,
+                                   output_final_state=True)  # fmt: skip
+        else:
+            o, final = _recurrent(*args, state, self.scale)
+        state.copy_(final)
+        self._out(o[:, 0].float(), z, out)
+
+
+def _recurrent(q, k, v, g, beta, state, scale) -> tuple[Any, Any]:
+    """The gated delta rule token by token in torch (float32): q, k (N, T, H, Dk), v (N, T, H,
+    Dv), g, beta (N, T, H), state (N, H, Dk, Dv). Per token: S = exp(g) S; S += k (beta (v -
+    S^T k))^T; o = S^T (scale q)."""
+    torch = require_torch()
+    s = state.clone().float()
+    outs = []
+    for i in range(q.shape[1]):
+        s = s * torch.exp(g[:, i])[..., None, None]
+        kt, vt = k[:, i].float(), v[:, i].float()
+        delta = (vt - torch.einsum("nhk,nhkv->nhv", kt, s)) * beta[:, i][..., None]
+        s = s + kt[..., :, None] * delta[..., None, :]
+        outs.append(torch.einsum("nhk,nhkv->nhv", q[:, i].float() * scale, s))
+    return torch.stack(outs, dim=1), s
