@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from gguf import GGMLQuantizationType as Q
 
-from pyq2 import atomic as output
+from pyq2 import atomic
 from pyq2.cli import main
 from pyq2.errors import RepackError
 from pyq2.gguf import io as gguf_io
@@ -44,7 +44,7 @@ def run(capsys, *argv):
 
 def test_output_appears_only_when_complete(tmp_path):
     out = tmp_path / "o.bin"
-    with output.atomic_output(out, force=False) as staged:
+    with atomic.atomic_output(out, force=False) as staged:
         assert os.path.dirname(os.path.dirname(staged)) == str(tmp_path)
         (temp,) = [n for n in os.listdir(tmp_path)]
         assert temp.startswith(f".o.bin.pyq2-{os.getpid()}-") and temp.endswith(".tmp")
@@ -57,7 +57,7 @@ def test_output_appears_only_when_complete(tmp_path):
 @pytest.mark.parametrize("error", [ValueError, KeyboardInterrupt])
 def test_failure_leaves_nothing(tmp_path, error):
     out = tmp_path / "o.bin"
-    with pytest.raises(error), output.atomic_output(out, force=True) as staged:
+    with pytest.raises(error), atomic.atomic_output(out, force=True) as staged:
         with open(staged, "wb") as f:
             f.write(b"half")
         raise error
@@ -71,7 +71,7 @@ def test_two_writers_without_force_exactly_one_wins(tmp_path):
 
     def write(tag):
         try:
-            with output.atomic_output(out, force=False) as staged:
+            with atomic.atomic_output(out, force=False) as staged:
                 with open(staged, "wb") as f:
                     f.write(tag.encode())
                 barrier.wait()
@@ -99,11 +99,11 @@ def test_file_system_without_hard_links(tmp_path, monkeypatch, existing):
     out = tmp_path / "o.bin"
     if existing:
         out.write_bytes(b"old")
-        with pytest.raises(RepackError, match="exists"), output.atomic_output(out, False) as st:
+        with pytest.raises(RepackError, match="exists"), atomic.atomic_output(out, False) as st:
             open(st, "wb").close()
         assert out.read_bytes() == b"old"
     else:
-        with output.atomic_output(out, False) as staged:
+        with atomic.atomic_output(out, False) as staged:
             with open(staged, "wb") as f:
                 f.write(b"new")
         assert out.read_bytes() == b"new"
@@ -125,7 +125,7 @@ def test_stale_temporaries(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / ".o.bin.x1.tmp").write_bytes(b"half")
     lines = []
-    with output.atomic_output(tmp_path / "o.bin", force=False, notice=lines.append) as staged:
+    with atomic.atomic_output(tmp_path / "o.bin", force=False, notice=lines.append) as staged:
         open(staged, "wb").close()
     removed = {k for k, n in names.items() if not (tmp_path / n).exists()}
     assert removed == {"dead", "mine"}
@@ -184,7 +184,7 @@ def test_symlink_keeps_the_link_and_replaces_its_file(tmp_path, model):
     link.symlink_to(os.path.relpath(target, link.parent))
     with pytest.raises(RepackError, match="exists"):
         repack(model, link)
-    with output.atomic_output(link, force=True) as staged:
+    with atomic.atomic_output(link, force=True) as staged:
         assert os.path.dirname(os.path.dirname(staged)) == str(tmp_path / "real")
         open(staged, "wb").close()
     repack(model, link, force=True)
@@ -245,7 +245,7 @@ def test_nothing_to_convert_is_not_called_a_conversion(tmp_path, capsys):
 
 def test_atomic_outputs_appear_together_or_not_at_all(tmp_path):
     a, b = tmp_path / "a.gguf", tmp_path / "b.gguf"
-    with output.atomic_outputs([a, b], force=False) as (sa, sb):
+    with atomic.atomic_outputs([a, b], force=False) as (sa, sb):
         Path(sa).write_text("A")
         Path(sb).write_text("B")
         assert listing(tmp_path) != ["a.gguf", "b.gguf"]
@@ -253,14 +253,14 @@ def test_atomic_outputs_appear_together_or_not_at_all(tmp_path):
     a.unlink(), b.unlink()
     # the second appears while they are written: the first, already moved, is removed again
     with pytest.raises(RepackError, match="b.gguf exists"):
-        with output.atomic_outputs([a, b], force=False) as (sa, sb):
+        with atomic.atomic_outputs([a, b], force=False) as (sa, sb):
             Path(sa).write_text("A")
             Path(sb).write_text("B")
             b.write_text("other")
     assert listing(tmp_path) == ["b.gguf"] and b.read_text() == "other"
     # a failure while writing: nothing appears, no temporary stays
     with pytest.raises(OSError):
-        with output.atomic_outputs([a, tmp_path / "c.gguf"], force=True) as (sa, _):
+        with atomic.atomic_outputs([a, tmp_path / "c.gguf"], force=True) as (sa, _):
             Path(sa).write_text("A")
             raise OSError(28, "No space left on device")
     assert listing(tmp_path) == ["b.gguf"]
@@ -269,7 +269,7 @@ def test_atomic_outputs_appear_together_or_not_at_all(tmp_path):
     a.write_text("old a"), c.write_text("old c")
     d.mkdir(), (d / "x").write_text("")  # a target that cannot be replaced
     with pytest.raises(OSError):
-        with output.atomic_outputs([a, d, c], force=True) as staged:
+        with atomic.atomic_outputs([a, d, c], force=True) as staged:
             for path, text in zip(staged, "ADC", strict=True):
                 Path(path).write_text(text)
     assert listing(tmp_path) == ["b.gguf", "d.gguf"] and d.is_dir()

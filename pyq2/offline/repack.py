@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import atomic as output
+from .. import atomic
 from ..errors import FormatError, RepackError
 from ..gguf import io as gguf_io
 from ..gguf import metadata
@@ -142,7 +142,7 @@ def _write(
     ops: Backend,
     staged: str | None,
     progress: Progress | None,
-    notice: output.Notice | None,
+    notice: atomic.Notice | None,
     done: int,
     total: int,
 ) -> None:
@@ -245,7 +245,7 @@ def _check_file(in_path: str, out_path: str, force: bool, dry_run: bool) -> bool
         same = os.path.samefile(in_path, out_path)
     if same:
         raise RepackError(f"output {out_path} is the input file; choose another -o")
-    return output.check_output(out_path, force, dry_run)
+    return atomic.check_output(out_path, force, dry_run)
 
 
 def option_error(layout: str, fuse: bool, tp: int | None) -> str | None:
@@ -276,7 +276,7 @@ def repack(
     force: bool = False,
     progress: Progress | None = None,
     backend: str = "auto",
-    notice: output.Notice | None = None,
+    notice: atomic.Notice | None = None,
     fuse: bool = False,
     tp: int = 0,
 ) -> Summary:
@@ -352,7 +352,7 @@ def repack(
             for (entries, recs), done in zip(files, before, strict=True):
                 _write(gf, entries, recs, summary, ops, None, progress, notice, done, sum(sizes))
         else:  # the files appear together, when all are written
-            with output.atomic_outputs(paths, force, notice) as staged:
+            with atomic.atomic_outputs(paths, force, notice) as staged:
                 for path, (entries, recs), done in zip(staged, files, before, strict=True):
                     _write(
                         gf, entries, recs, summary, ops, path, progress, notice, done, sum(sizes)

@@ -19,7 +19,7 @@ import json
 import sys
 from typing import Any
 
-from .. import atomic as output
+from .. import atomic
 from ..gguf import io as gguf_io
 from ..gguf import metadata
 from ..lib import native as _native
@@ -132,7 +132,7 @@ def run(args) -> int:
 
 def _write_json(path: str, result: dict[str, Any]) -> None:
     """--json: the whole file or none (pyq2.atomic.atomic_output; an existing one is replaced)."""
-    with output.atomic_output(path, force=True) as staged, open(staged, "w") as f:
+    with atomic.atomic_output(path, force=True) as staged, open(staged, "w") as f:
         json.dump(result, f, indent=1)
 
 
