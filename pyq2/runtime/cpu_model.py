@@ -41,6 +41,19 @@ class CpuModel:
             rows.append(logits[-1])
         return np.stack(rows)
 
+    def score(self, tokens: list[int], chunk: int | None = None) -> np.ndarray:
+        """Teacher-forced logits (T, V) of one sequence from an empty state, `chunk` tokens a
+        call (default all at once); decode() then continues it."""
+        self.states = [qwen35.State.new(self.config, capacity=len(tokens) + 64)]
+        size = chunk or max(1, len(tokens))
+        rows = [
+            qwen35.forward(
+                self.weights, self.config, np.asarray(tokens[i : i + size]), self.states[0]
+            )
+            for i in range(0, len(tokens), size)
+        ]
+        return np.concatenate(rows)
+
     def decode(self, tokens: list[int]) -> np.ndarray:
         rows = []
         for t, state in zip(tokens, self.states, strict=True):

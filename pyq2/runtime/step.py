@@ -15,6 +15,10 @@ read it:
   for a Gated-DeltaNet layer when the file says so, rotated, Q8, then attn_output / ssm_out;
 - swiglu stage: silu(gate) * up of the FFN's gate and up outputs, rotated, Q8, then ffn_down.
 
+With `shared`, the stages of one role (a layer's q/k/v outputs, its FFN outputs, ...) write one
+buffer for all layers instead of one each (what a prompt of many rows needs: the outputs of one
+layer instead of all of them; `outputs` and `record()` then show the last layer's).
+
 With `fuse` (the default), the projections of one stage that read the same activation (attention
 q/k/v, Gated-DeltaNet qkv and gate, FFN gate and up; the side projections alike) run as one
 matmul writing one output whose column ranges are the projections' outputs: on the file's fused
@@ -70,6 +74,7 @@ class DecodeStep:
         fuse: bool = True,
         collective: Collective | None = None,
         mixer: Callable[[int], Any] | None = None,
+        shared: bool = False,
     ):
         torch = require_torch()
         g, rank = model.tp or (1, 0)
@@ -92,6 +97,15 @@ class DecodeStep:
         def empty(*shape, dtype=None):
             return torch.empty(*shape, dtype=dtype or self.dtype, device=dev)
 
+        buffers: dict[tuple[Any, ...], Any] = {}
+
+        def output(role: tuple[Any, ...], cols: int) -> Any:
+            """A stage's output buffer: its own, or with `shared` the one every layer's stage of
+            the same role writes (each is read before the next layer's writes it)."""
+            if not shared:
+                return empty(m, cols)
+            return buffers.setdefault((role, cols), empty(m, cols))
+
         self.ids = torch.zeros(m, dtype=torch.int32, device=dev)
         self.h = [empty(m, self.hidden), empty(m, self.hidden)]
         self.outputs: dict[str, Any] = {}
@@ -111,7 +125,7 @@ class DecodeStep:
                 if len(mats) > 1 and key not in model.concatenated:
                     model.concatenated[key] = concat_rows(mats)
                 w = model.concatenated[key] if len(mats) > 1 else mats[0]
-                out = empty(m, w.n)
+                out = output((stage.layer < 0, *(_role(n) for n in key)), w.n)
                 self.matmuls[i].append((w, out))
                 ws = max(ws, w.workspace_size(m))
                 for name, first, cols in columns:
@@ -119,7 +133,7 @@ class DecodeStep:
             if stage.unrotated:
                 self.normed.setdefault(width, empty(m, width))
                 side_w = torch.cat([model.dense[n] for n in stage.unrotated]).to(self.dtype)
-                out = empty(m, side_w.shape[0])
+                out = output(("side", *(_role(n) for n in stage.unrotated)), side_w.shape[0])
                 self.side[i] = (side_w, out)
                 col = 0
                 for n in stage.unrotated:
@@ -127,7 +141,8 @@ class DecodeStep:
                     self.outputs[n] = out[:, col : col + rows]
                     col += rows
             if stage.producer == "mixer":  # the host writes it before the stage's producer
-                self.mixer_out[stage.layer] = torch.zeros(m, width, dtype=self.dtype, device=dev)
+                x = output(("mixer",), width)
+                self.mixer_out[stage.layer] = x.zero_()
         head = plan.stages[-1].projections[0]
         self.logits = self.outputs[head]  # every rank's rows, gathered (a shard's step)
         if collective is not None:
@@ -326,6 +341,11 @@ def concat_rows(mats: list[PQ2Weights]) -> PQ2Weights:
 def _ffn_inputs(stage: Stage) -> tuple[str, str]:
     b = f"blk.{stage.layer}."
     return b + "ffn_gate.weight", b + "ffn_up.weight"
+
+
+def _role(name: str) -> str:
+    """A projection's name without its layer: blk.3.attn_qkv.weight -> attn_qkv.weight."""
+    return name.split(".", 2)[2] if name.startswith("blk.") else name
 
 
 def _bind(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Callable[[], Any]:

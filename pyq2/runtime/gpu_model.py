@@ -1,0 +1,232 @@
+"""A qwen35 model on the GPU: libpq2's weight path (DecodeStep) with the torch mixers between a
+layer's projections, as a generation backend (pyq2.runtime.generate).
+
+A prompt runs one sequence at a time in chunks of at most `chunk` tokens (activation memory
+bounded by the chunk), each chunk one DecodeStep of that many rows whose mixer hook runs the
+layer's attention or recurrence for that sequence; the caches of every sequence are
+preallocated for the context. A decode step runs one token of every sequence as one DecodeStep
+of B rows, replayed from a CUDA graph per (B, attention span) once warm: the span is the cache
+positions attention reads, rounded up to a multiple of SPAN_STEP so that a graph serves many
+steps. Sampling runs on the device (pyq2.text.sampling.sample_torch); only the chosen ids come
+back to the host.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..lib.optional import require_torch
+from ..spec import qwen35
+from ..spec.qwen35_layers import imrope_axes
+from ..text.sampling import SamplingParams, make_history_mask, sample_torch
+from .load import Model, load
+from .mixers import Attention, Dims, GatedDeltaNet, Rope
+from .step import DecodeStep
+
+SPAN_STEP = 256  # the attention span of a decode graph grows in steps of this many positions
+DEFAULT_CHUNK = 512  # prompt tokens per DecodeStep
+SHARED_ABOVE = 16  # steps of more rows than this share their stages' output buffers
+
+
+def mixer_dims(c: qwen35.Config) -> Dims:
+    return Dims(
+        c.n_head, c.n_head_kv, c.head_dim, c.n_rot, c.rope_base, c.rms_eps, c.conv_kernel,
+        c.k_heads, c.v_heads, c.d_k, c.d_v,
+    )  # fmt: skip
+
+
+class GpuModel:
+    """ModelBackend over a loaded Model (module docstring)."""
+
+    def __init__(
+        self,
+        path: Any,
+        config: qwen35.Config,
+        context: int,
+        batch: int,
+        dtype: Any = None,
+        chunk: int = DEFAULT_CHUNK,
+        graphs: bool = True,
+        model: Model | None = None,
+        use_fla: bool = True,
+    ):
+        torch = require_torch()
+        self.config, self.context, self.batch, self.chunk = config, context, batch, chunk
+        self.model = model if model is not None else load(path)
+        if self.model.tp is not None:
+            raise ValueError(
+                f"{path} is one shard of a tensor-parallel set: generate runs whole models"
+            )
+        self.dtype = dtype if dtype is not None else torch.float32
+        emb = self.model.weights[self.model.plan.embedding].matrix
+        self.device = emb.data.device
+        self.n_vocab = emb.n
+        self.name = f"gpu ({torch.cuda.get_device_name(self.device)})"
+        dims = mixer_dims(config)
+        self.rope = Rope(dims, context, self.device)
+        axes = imrope_axes(config.rope_sections, config.n_rot // 2)
+        if (axes == 3).any():  # pairs the text position leaves unrotated
+            keep = torch.as_tensor(axes < 3, device=self.device)
+            self.rope.cos[:, ~keep], self.rope.sin[:, ~keep] = 1.0, 0.0
+        dense = self.model.dense
+        self.attn: dict[int, Attention] = {}
+        self.gdn: dict[int, GatedDeltaNet] = {}
+        for i in range(config.n_layer):
+            b = f"blk.{i}."
+            if config.is_attention(i):
+                w = {
+                    "q_norm": dense[b + "attn_q_norm.weight"],
+                    "k_norm": dense[b + "attn_k_norm.weight"],
+                }
+                self.attn[i] = Attention(dims, w, batch, context, self.rope, self.device)
+            else:
+                w = {
+                    "conv": dense[b + "ssm_conv1d.weight"],
+                    "a": dense[b + "ssm_a"],
+                    "dt_bias": dense[b + "ssm_dt.bias"],
+                    "norm": dense[b + "ssm_norm.weight"],
+                }
+                self.gdn[i] = GatedDeltaNet(dims, w, batch, self.device, use_fla=use_fla)
+        self.positions = torch.zeros(batch, dtype=torch.int64, device=self.device)
+        self.lengths: list[int] = []
+        self._steps: dict[int, DecodeStep] = {}
+        self._mode: tuple[Any, ...] = ("decode", 0)
+        self._graphs: dict[tuple[int, int], Any] = {}
+        self.use_graphs = graphs
+        self._generator: Any = None
+        self._mask: Any = None
+
+    # ---- the weight path, with the mixers between its projections ---------------------------
+
+    def _step(self, m: int) -> DecodeStep:
+        if m not in self._steps:
+            # a prompt's steps share one layer's output buffers (their rows are many)
+            self._steps[m] = DecodeStep(
+                self.model, m, dtype=self.dtype, mixer=self._mixer, shared=m > SHARED_ABOVE
+            )
+        return self._steps[m]
+
+    def _mixer(self, layer: int) -> None:
+        step = self._current
+        out, b, mode = step.outputs, f"blk.{layer}.", self._mode
+        if layer in self.attn:
+            a = self.attn[layer]
+            q, k, v = (out[b + n] for n in ("attn_q.weight", "attn_k.weight", "attn_v.weight"))
+            if mode[0] == "prefill":
+                a.prefill(q, k, v, mode[1], mode[2], step.mixer_out[layer])
+            else:
+                a.decode(q, k, v, self.positions[: step.m], mode[1], step.mixer_out[layer])
+            return
+        g = self.gdn[layer]
+        qkv, z = out[b + "attn_qkv.weight"], out[b + "attn_gate.weight"]
+        alpha, beta = out[b + "ssm_alpha.weight"], out[b + "ssm_beta.weight"]
+        if mode[0] == "prefill":
+            g.prefill(qkv, z, alpha, beta, mode[1], step.mixer_out[layer])
+        else:
+            g.decode(qkv, z, alpha, beta, step.mixer_out[layer])
+
+    def _run(self, step: DecodeStep, mode: tuple[Any, ...]) -> None:
+        self._current, self._mode = step, mode
+        step.run()
+
+    # ---- ModelBackend -------------------------------------------------------------------------
+
+    def prefill(self, prompts: list[list[int]]) -> Any:
+        torch = require_torch()
+        if len(prompts) > self.batch:
+            raise ValueError(f"{len(prompts)} prompts for a model opened for {self.batch}")
+        self._reset()
+        last = []
+        for seq, ids in enumerate(prompts):
+            for start in range(0, len(ids), self.chunk):
+                piece = ids[start : start + self.chunk]
+                step = self._step(len(piece))
+                step.ids.copy_(torch.tensor(piece, dtype=torch.int32))
+                self._run(step, ("prefill", seq, start))
+            last.append(step.logits[-1].float().clone())
+        self.lengths = [len(p) for p in prompts]
+        self.positions[: len(prompts)] = torch.tensor(self.lengths, dtype=torch.int64)
+        return torch.stack(last)
+
+    def score(self, tokens: list[int], chunk: int | None = None) -> Any:
+        """Teacher-forced logits (T, V) float32 of one sequence from an empty cache, the prompt
+        path in chunks of `chunk` tokens (default the model's)."""
+        torch = require_torch()
+        self._reset()
+        size = chunk or self.chunk
+        rows = []
+        for start in range(0, len(tokens), size):
+            piece = tokens[start : start + size]
+            step = self._step(len(piece))
+            step.ids.copy_(torch.tensor(piece, dtype=torch.int32))
+            self._run(step, ("prefill", 0, start))
+            rows.append(step.logits.float().clone())
+        self.lengths = [len(tokens)]
+        self.positions[0] = len(tokens)
+        return torch.cat(rows)
+
+    def decode(self, tokens: list[int]) -> Any:
+        torch = require_torch()
+        b = len(tokens)
+        step = self._step(b)
+        step.ids.copy_(torch.tensor(tokens, dtype=torch.int32))
+        span = min(self.context, -(-(max(self.lengths) + 1) // SPAN_STEP) * SPAN_STEP)
+        if self.use_graphs:
+            self._graph(b, span).replay()
+        else:
+            self._run(step, ("decode", span))
+        self.positions[:b] += 1
+        self.positions.clamp_(max=self.context - 1)  # a finished sequence may run on in the batch
+        self.lengths = [n + 1 for n in self.lengths]
+        return step.logits.float()
+
+    def _reset(self) -> None:
+        for a in self.attn.values():
+            a.k.zero_(), a.v.zero_()
+        for g in self.gdn.values():
+            g.reset()
+        self._generator, self._mask = None, None
+
+    def _graph(self, b: int, span: int) -> Any:
+        """The CUDA graph of a decode step of b sequences reading `span` cache positions; the
+        first one of a shape runs eagerly once (Triton autotuning, lazy allocations) on copies
+        of the states, which are put back before the capture."""
+        torch = require_torch()
+        key = (b, span)
+        if key in self._graphs:
+            return self._graphs[key]
+        step = self._step(b)
+        saved = [(g.conv.clone(), g.state.clone()) for g in self.gdn.values()]
+        kv = [(a.k.clone(), a.v.clone()) for a in self.attn.values()]
+        self._run(step, ("decode", span))
+        torch.cuda.synchronize()
+        for g, (conv, state) in zip(self.gdn.values(), saved, strict=True):
+            g.conv.copy_(conv), g.state.copy_(state)
+        for a, (k, v) in zip(self.attn.values(), kv, strict=True):
+            a.k.copy_(k), a.v.copy_(v)
+        del saved, kv
+        graph = torch.cuda.CUDAGraph()
+        stream = torch.cuda.Stream(device=self.device)
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            with torch.cuda.graph(graph, stream=stream):
+                self._run(step, ("decode", span))
+        torch.cuda.current_stream().wait_stream(stream)
+        self._graphs[key] = graph
+        return graph
+
+    def sample(self, logits: Any, params: SamplingParams, history: list[list[int]]) -> list[int]:
+        torch = require_torch()
+        if self._generator is None:
+            self._generator = params.torch_generator(self.device)
+        mask = None
+        if params.repetition_penalty != 1.0:
+            if self._mask is None:
+                self._mask = make_history_mask(history, logits.shape[1], self.device)
+            else:
+                rows = torch.arange(len(history), device=self.device)
+                last = torch.tensor([h[-1] for h in history], device=self.device)
+                self._mask[rows, last] = True
+            mask = self._mask
+        ids = sample_torch(logits, params, mask, self._generator)
+        return [int(t) for t in ids.tolist()]

@@ -1,0 +1,235 @@
+"""Generation on the CPU (pyq2.runtime.generate over pyq2.runtime.cpu_model) on the demo model,
+and `pyq2 generate` as a command: deterministic greedy text, stop conditions, batches,
+the chat template, and every refusal (another architecture, a prompt longer than the context,
+an empty prompt, an unknown token id, a GPU asked for where there is none, Ctrl-C)."""
+
+import json
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from pyq2.errors import FormatError
+from pyq2.gguf import io as gguf_io
+from pyq2.offline.demo import write_demo_model
+from pyq2.runtime.cpu_model import CpuModel
+from pyq2.runtime.generate import Options, Timings, check_prompts, encode_prompts, generate
+from pyq2.runtime.open_model import open_model, read_metadata
+from pyq2.spec import qwen35
+from pyq2.text.sampling import SamplingParams
+from pyq2.text.tokenizer import Tokenizer
+
+from ..conftest import run_pyq2, subprocess_env
+
+
+@pytest.fixture(scope="module")
+def cpu(tmp_path_factory):
+    path = write_demo_model(tmp_path_factory.mktemp("gen") / "demo.gguf")
+    with gguf_io.open_gguf(path) as gf:
+        kv = read_metadata(gf)
+        config = qwen35.Config.from_metadata(kv)
+        model = CpuModel(gf, config, context=128)
+    return path, model, Tokenizer(kv), kv
+
+
+def run(model, tok, texts, **kw):
+    opts = Options(**kw)
+    ids = encode_prompts(tok, texts, opts, None)
+    return generate(model, tok, ids, opts)
+
+
+def test_greedy_generation_is_deterministic_and_streams_what_it_returns(cpu):
+    _, model, tok, _ = cpu
+    streamed: list[str] = []
+    opts = Options(max_tokens=12)
+    ids = encode_prompts(tok, ["The ship came back"], opts, None)
+    seqs = generate(model, tok, ids, opts, on_text=lambda i, s: streamed.append(s))
+    again = run(model, tok, ["The ship came back"], max_tokens=12)
+    assert seqs[0].tokens == again[0].tokens and len(seqs[0].tokens) == 12
+    assert seqs[0].finish == "length"
+    assert "".join(streamed) == seqs[0].text == tok.decode(seqs[0].tokens, skip_special=True)
+
+
+def test_greedy_is_the_argmax_of_the_reference_logits(cpu):
+    _, model, tok, _ = cpu
+    prompt = tok.encode("Hello world")
+    seq = run(model, tok, ["Hello world"], max_tokens=4)[0]
+    logits = model.score(prompt + seq.tokens[:-1])
+    assert [int(t) for t in np.argmax(logits[len(prompt) - 1 :], axis=1)] == seq.tokens
+
+
+def test_a_batch_gives_what_each_prompt_gives_alone(cpu):
+    _, model, tok, _ = cpu
+    texts = ["Hi", "The library on the hill has three floors.", "Where"]
+    together = run(model, tok, texts, max_tokens=6)
+    alone = [run(model, tok, [t], max_tokens=6)[0] for t in texts]
+    assert [s.tokens for s in together] == [s.tokens for s in alone]
+
+
+def test_prompt_in_chunks_and_token_by_token_give_the_same_logits(cpu):
+    _, model, tok, _ = cpu
+    ids = tok.encode("The little town by the river wakes up early.")
+    whole = model.score(ids)
+    for chunk in (1, 3):
+        assert np.allclose(model.score(ids, chunk=chunk), whole, rtol=1e-4, atol=1e-4)
+
+
+def test_stop_strings_end_the_text_before_them(cpu):
+    _, model, tok, _ = cpu
+    free = run(model, tok, ["The ship"], max_tokens=16)[0]
+    stop = free.text[3:6]
+    assert stop and stop in free.text
+    cut = run(model, tok, ["The ship"], max_tokens=16, stop=(stop,))[0]
+    assert cut.finish == "stop" and cut.text == free.text[: free.text.index(stop)]
+
+
+def test_sampling_with_a_seed_repeats_and_differs_from_greedy(cpu):
+    _, model, tok, _ = cpu
+    params = SamplingParams(temperature=1.5, top_k=50, top_p=0.95, seed=7)
+    a = run(model, tok, ["Hello"], max_tokens=16, sampling=params)[0]
+    b = run(model, tok, ["Hello"], max_tokens=16, sampling=params)[0]
+    greedy = run(model, tok, ["Hello"], max_tokens=16)[0]
+    assert a.tokens == b.tokens and a.tokens != greedy.tokens
+
+
+def test_the_end_of_sequence_token_stops_a_sequence(cpu):
+    _, model, tok, _ = cpu
+
+    class Eos:
+        """The demo model whose sampler picks the end-of-sequence token at the third step."""
+
+        name, n_vocab, context = "stub", model.n_vocab, model.context
+        calls = 0
+
+        def prefill(self, prompts):
+            return model.prefill(prompts)
+
+        def decode(self, tokens):
+            return model.decode(tokens)
+
+        def sample(self, logits, params, history):
+            self.calls += 1
+            return [tok.eos_ids[0] if self.calls == 3 else 42 for _ in history]
+
+    seq = generate(Eos(), tok, [tok.encode("Hi")], Options(max_tokens=10))[0]
+    assert seq.finish == "eos" and seq.tokens == [42, 42]
+
+
+def test_refusals_before_any_work(cpu):
+    _, model, tok, _ = cpu
+    with pytest.raises(ValueError, match="is empty"):
+        encode_prompts(tok, [""], Options(), None)
+    with pytest.raises(ValueError, match="the context holds 128"):
+        check_prompts([list(range(200))], model.n_vocab, 128, 4)
+    with pytest.raises(FormatError, match="token id 5000, outside the vocabulary of 1024"):
+        check_prompts([[1, 5000]], model.n_vocab, 128, 4)
+
+
+def test_chat_prompts_go_through_the_files_template(cpu):
+    _, _, tok, kv = cpu
+    ids = encode_prompts(tok, ["Hi"], Options(chat=True), kv["tokenizer.chat_template"])[0]
+    text = tok.decode(ids)
+    assert text == "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n"
+
+
+def test_timings_are_counted(cpu):
+    _, model, tok, _ = cpu
+    t = Timings()
+    opts = Options(max_tokens=5)
+    generate(model, tok, encode_prompts(tok, ["Hi there"], opts, None), opts, timings=t)
+    d = t.as_dict()
+    assert d["prompt_tokens"] == len(tok.encode("Hi there")) and d["decode_tokens"] == 4
+    assert d["prompt_s"] > 0 and d["decode_tokens_per_s"] > 0 and not d["interrupted"]
+
+
+# ---- the command --------------------------------------------------------------------------
+
+
+def test_generate_command_streams_text_and_prints_timings(cpu):
+    path = cpu[0]
+    p = run_pyq2("generate", str(path), "-p", "The ship came back", "-n", "8", "--device", "cpu")
+    assert p.returncode == 0, p.stderr
+    want = run(cpu[1], cpu[2], ["The ship came back"], max_tokens=8)[0].text
+    assert p.stdout == want + "\n"
+    assert "decode: 7 tokens" in p.stderr and "time to first token" in p.stderr
+
+
+def test_generate_command_json_and_a_batch_file(cpu, tmp_path):
+    prompts = tmp_path / "prompts.txt"
+    prompts.write_text("Hello\n\nThe ship\n")
+    p = run_pyq2("generate", str(cpu[0]), "-f", str(prompts), "-n", "4", "--json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert [r["prompt"] for r in out["results"]] == ["Hello", "The ship"]
+    assert all(r["tokens"] == 4 and r["finish"] == "length" for r in out["results"])
+    assert out["timings"]["backend"].startswith("cpu")
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["-p", ""], "the prompt is empty"),
+        (["-p", "x " * 300, "--ctx", "64"], "the context holds 64"),
+        (["-p", "hi", "--ctx", "100000"], "more than the model's context_length"),
+        (["-p", "hi", "--temp", "-1"], "temperature must be >= 0"),
+    ],
+)
+def test_generate_command_refusals_are_one_line(cpu, args, message):
+    p = run_pyq2("generate", str(cpu[0]), *args, "--device", "cpu")
+    assert p.returncode == 1 and p.stdout == ""
+    assert p.stderr.count("\n") == 1 and message in p.stderr, p.stderr
+
+
+def test_generate_refuses_another_architecture(tmp_path):
+    from gguf import GGUFWriter
+
+    path = tmp_path / "llama.gguf"
+    w = GGUFWriter(str(path), "llama")
+    w.add_block_count(1)
+    w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file()
+    w.close()
+    p = run_pyq2("generate", str(path), "-p", "hi")
+    assert p.returncode == 1 and "pyq2 generate runs qwen35 models" in p.stderr, p.stderr
+
+
+def test_generate_on_the_gpu_without_one_says_why(cpu):
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    except ImportError:
+        pass
+    p = run_pyq2("generate", str(cpu[0]), "-p", "hi", "--device", "gpu")
+    assert p.returncode == 1 and "--device gpu:" in p.stderr, p.stderr
+
+
+def test_ctrl_c_stops_cleanly_with_the_timings_so_far(cpu):
+    cmd = [sys.executable, "-m", "pyq2", "generate", str(cpu[0]), "-p", "The", "-n", "4000"]
+    proc = subprocess.Popen(
+        [*cmd, "--device", "cpu"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
+    time.sleep(4)  # started and generating (the demo decodes some 200 tokens a second)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err and "decode:" in err, err
+
+
+def test_open_model_picks_the_cpu_where_there_is_no_gpu(cpu):
+    m = open_model(str(cpu[0]), device="auto", context=64)
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            pytest.skip("this machine has a GPU")
+    except ImportError:
+        pass
+    assert m.device == "cpu" and m.backend.context == 64

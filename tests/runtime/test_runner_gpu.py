@@ -1,0 +1,143 @@
+"""The whole model on the GPU (pyq2.runtime.gpu_model: libpq2's weight path with the torch
+mixers) against two references that read the same model another way:
+
+(a) the numpy reference (pyq2.spec.qwen35 through pyq2.runtime.cpu_model) on the UNFOLDED float
+    weights of the folded file;
+(b) transformers' Qwen3_5ForCausalLM loaded from the float twin (pyq2.offline.demo
+    .write_float_twin) by transformers' own GGUF reader (skipped where it is not installed).
+
+Teacher-forced logits of a fixed token sequence, the prompt path and then decode steps, agree
+within LOGIT_TOL relative RMS (the bound of Q8 activations through the model: FOLD_TOL per
+projection, measured well under it here), top-1 agrees at TOP1_MIN of the positions or more,
+and a 32-token greedy continuation is the same. The prompt in one chunk, in several and token
+by token gives the same logits within CHUNK_TOL; a batch of sequences gives what each gives
+alone.
+"""
+
+import numpy as np
+import pytest
+
+from ..conftest import gpu_module
+
+torch = gpu_module()
+
+from pyq2.gguf import io as gguf_io  # noqa: E402
+from pyq2.offline.demo import write_demo_model, write_float_twin  # noqa: E402
+from pyq2.runtime.cpu_model import CpuModel  # noqa: E402
+from pyq2.runtime.generate import Options, generate  # noqa: E402
+from pyq2.runtime.gpu_model import GpuModel  # noqa: E402
+from pyq2.runtime.open_model import read_metadata  # noqa: E402
+from pyq2.spec import qwen35  # noqa: E402
+from pyq2.spec.reference import rel_rms  # noqa: E402
+from pyq2.text.tokenizer import Tokenizer  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+LOGIT_TOL = 5e-2  # logits of the Q8 weight path against the float model
+TOP1_MIN = 0.9
+CHUNK_TOL = 2e-3  # the same tokens through other chunkings (Q8 rounding of fp32-noise inputs)
+
+# a larger random qwen35 model than the demo: 3 Gated-DeltaNet + 3 attention layers, GQA 6:2
+LARGER = dict(
+    n_layers=6, hidden=384, ffn=640, vocab=1024, n_head=6, n_head_kv=2, head_dim=64,
+    v_heads=6, k_heads=3, attention_interval=2,
+)  # fmt: skip
+
+
+@pytest.fixture(scope="module", params=["demo", "larger"])
+def model_file(request, tmp_path_factory):
+    d = tmp_path_factory.mktemp(request.param)
+    kw = {} if request.param == "demo" else LARGER
+    return write_demo_model(d / "model.gguf", seed=3, **kw)
+
+
+def open_both(path, context=256):
+    with gguf_io.open_gguf(path) as gf:
+        kv = read_metadata(gf)
+        config = qwen35.Config.from_metadata(kv)
+        cpu = CpuModel(gf, config, context)
+    gpu = GpuModel(path, config, context, batch=4, chunk=16)
+    return cpu, gpu, Tokenizer(kv), config
+
+
+def tokens(n, seed=0, vocab=1024):
+    return [int(t) for t in np.random.default_rng(seed).integers(0, vocab - 3, n)]
+
+
+def test_teacher_forced_logits_match_the_unfolded_reference(model_file):
+    cpu, gpu, _, _ = open_both(model_file)
+    seq = tokens(40, seed=1)
+    prompt, rest = seq[:24], seq[24:]
+    want = cpu.score(prompt)
+    got = gpu.score(prompt).cpu().numpy()
+    steps_want, steps_got = [], []
+    for t in rest:  # decode steps continue both caches
+        steps_want.append(cpu.decode([t])[0])
+        steps_got.append(gpu.decode([t])[0].cpu().numpy())
+    for what, g, w in (
+        ("prompt", got, want),
+        ("decode", np.stack(steps_got), np.stack(steps_want)),
+    ):
+        err = rel_rms(g, w)
+        top1 = float(np.mean(np.argmax(g, 1) == np.argmax(w, 1)))
+        print(f"{model_file.parent.name} {what}: logits rel RMS {err:.3g}, top-1 {top1:.3f}")
+        assert np.isfinite(g).all()
+        assert err <= LOGIT_TOL and top1 >= TOP1_MIN, (what, err, top1)
+
+
+def test_greedy_continuation_matches_the_reference(model_file):
+    cpu, gpu, tok, _ = open_both(model_file)
+    prompt = [tok.encode("The ship came back in the spring")]
+    opts = Options(max_tokens=32)
+    want = generate(cpu, tok, prompt, opts)[0].tokens
+    got = generate(gpu, tok, prompt, opts)[0].tokens
+    assert got == want
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 64])
+def test_prompt_chunks_give_the_same_logits(model_file, chunk):
+    _, gpu, _, _ = open_both(model_file)
+    seq = tokens(37, seed=2)
+    whole = gpu.score(seq, chunk=64).cpu().numpy()
+    parts = gpu.score(seq, chunk=chunk).cpu().numpy()
+    assert rel_rms(parts, whole) <= CHUNK_TOL
+
+
+def test_a_batch_gives_what_each_sequence_gives_alone(model_file):
+    _, gpu, tok, _ = open_both(model_file)
+    prompts = [tokens(n, seed=n) for n in (5, 19, 11)]
+    opts = Options(max_tokens=8)
+    together = [s.tokens for s in generate(gpu, tok, prompts, opts)]
+    alone = [generate(gpu, tok, [p], opts)[0].tokens for p in prompts]
+    assert together == alone
+
+
+def test_graph_replays_match_eager_steps(model_file):
+    cpu, gpu, _, _ = open_both(model_file)
+    seq = tokens(30, seed=4)
+    gpu.use_graphs = False
+    gpu.score(seq[:20])
+    eager = [gpu.decode([t]).cpu().numpy() for t in seq[20:]]
+    gpu.use_graphs = True
+    gpu.score(seq[:20])
+    graphed = [gpu.decode([t]).cpu().numpy() for t in seq[20:]]
+    assert rel_rms(np.stack(graphed), np.stack(eager)) <= 1e-5
+
+
+def test_transformers_on_the_float_twin_agrees(model_file, tmp_path):
+    pytest.importorskip("transformers")
+    from transformers import Qwen3_5ForCausalLM
+
+    twin = write_float_twin(model_file, tmp_path / "twin.gguf")
+    hf = Qwen3_5ForCausalLM.from_pretrained(
+        str(tmp_path), gguf_file=twin.name, torch_dtype=torch.float32
+    ).eval()
+    _, gpu, _, _ = open_both(model_file)
+    seq = tokens(32, seed=5)
+    with torch.no_grad():
+        want = hf(torch.tensor([seq])).logits[0].double().numpy()
+    got = gpu.score(seq).cpu().numpy()
+    err = rel_rms(got, want)
+    top1 = float(np.mean(np.argmax(got, 1) == np.argmax(want, 1)))
+    print(f"{model_file.parent.name} vs transformers: logits rel RMS {err:.3g}, top-1 {top1:.3f}")
+    assert err <= LOGIT_TOL and top1 >= TOP1_MIN
