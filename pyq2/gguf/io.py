@@ -256,6 +256,22 @@ def encode_kv(
     return b"".join(out)
 
 
+def typed(key: str, value: Any) -> tuple[Any, ...]:
+    """(key, type, value[, element type]) of a plain Python value, for encode_kv: a str, a bool,
+    a float (FLOAT32), an int (UINT32), or a list of strings or of integers (INT32)."""
+    if isinstance(value, str):
+        return (key, GGUFValueType.STRING, value)
+    if isinstance(value, bool):
+        return (key, GGUFValueType.BOOL, value)
+    if isinstance(value, float):
+        return (key, GGUFValueType.FLOAT32, value)
+    if isinstance(value, (list, tuple, np.ndarray)):
+        if len(value) and isinstance(value[0], str):
+            return (key, GGUFValueType.ARRAY, list(value), GGUFValueType.STRING)
+        return (key, GGUFValueType.ARRAY, np.asarray(value, np.int32), GGUFValueType.INT32)
+    return (key, GGUFValueType.UINT32, value)
+
+
 @dataclass(frozen=True)
 class OutTensor:
     name: str

@@ -22,8 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import atomic
-from .. import interrupts
+from .. import atomic, interrupts
 from ..gguf import io as gguf_io
 from ..gguf.contents import read_contents
 from ..gguf.float_weights import read_float_weights
@@ -45,15 +44,6 @@ HADAMARD_BLOCK = 128
 
 
 HEAD_SCALE = 0.25  # the output head's weights: logits of a few units on normed rows
-
-
-def rope_sections(rope_dim: int) -> list[int]:
-    """Qwen3.5's four multi-axis rope sections for rope_dim rotated dimensions, as the 27B's
-    11:11:10 of 32 pairs: the interleaved sections then cover every pair, so that for text (every
-    axis at the token's position) each pair rotates."""
-    pairs = rope_dim // 2
-    t = -(-pairs // 3)
-    return [t, t, pairs - 2 * t, 0]
 
 
 def _dense_values(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -83,22 +73,7 @@ def _tokenizer_keys(vocab: int) -> list[tuple[Any, ...]]:
             ("tokenizer.ggml.token_type", V.ARRAY, np.ones(vocab, np.int32), V.INT32),
         ]
     for key, value in demo_tokenizer_metadata(vocab).items():
-        if isinstance(value, bool):
-            out.append((key, V.BOOL, value))
-        elif isinstance(value, int):
-            out.append((key, V.UINT32, value))
-        elif isinstance(value, str):
-            out.append((key, V.STRING, value))
-        else:
-            is_str = len(value) > 0 and isinstance(value[0], str)
-            out.append(
-                (
-                    key,
-                    V.ARRAY,
-                    list(value) if is_str else np.asarray(value, np.int32),
-                    V.STRING if is_str else V.INT32,
-                )
-            )
+        out.append(gguf_io.typed(key, value))
     return out
 
 
@@ -159,20 +134,13 @@ def write_demo_model(
             if name != "token_embd.weight":
                 folded.append(name)
 
-    arch_keys = [
-        (k, V.STRING if isinstance(v, str) else V.FLOAT32 if isinstance(v, float) else V.UINT32, v)
-        for k, v in dims.keys(ARCH).items()
-    ]
+    arch_keys = [gguf_io.typed(k, v) for k, v in dims.keys(ARCH).items()]
     kv: list[tuple[Any, ...]] = [
         *arch_keys[:1],
         ("general.name", V.STRING, "pyq2 demo (Bonsai-like)"),
         ("general.file_type", V.UINT32, 141),  # LLAMA_FTYPE_MOSTLY_PQ2_0
         ("general.quantization_version", V.UINT32, 2),
         *arch_keys[1:],
-        (f"{ARCH}.context_length", V.UINT32, 4096),
-        (f"{ARCH}.rope.freq_base", V.FLOAT32, 1e7),
-        (f"{ARCH}.rope.dimension_count", V.UINT32, head_dim // 4),
-        (f"{ARCH}.rope.dimension_sections", V.ARRAY, rope_sections(head_dim // 4), V.INT32),
         *_tokenizer_keys(vocab),
     ]
     types = {str: V.STRING, bool: V.BOOL, int: V.UINT32}

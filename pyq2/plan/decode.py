@@ -81,8 +81,10 @@ class Dims:
     def is_attention(self, layer: int) -> bool:
         return (layer + 1) % self.attention_interval == 0
 
-    def keys(self, arch: str = "qwen35", eps: float = 1e-6) -> Keys:
-        """The architecture's metadata keys of these sizes."""
+    def keys(self, arch: str = "qwen35", eps: float = 1e-6, context: int = 4096) -> Keys:
+        """The architecture's metadata keys of these sizes (Qwen3.5's rotary embedding: a
+        quarter of each head, base 1e7, rope_sections)."""
+        rope = self.head_dim // 4
         return Keys(
             {
                 "general.architecture": arch,
@@ -100,6 +102,10 @@ class Dims:
                 f"{arch}.ssm.group_count": self.k_heads,
                 f"{arch}.ssm.time_step_rank": self.v_heads,
                 f"{arch}.ssm.inner_size": self.v_heads * self.ssm_head_dim,
+                f"{arch}.context_length": context,
+                f"{arch}.rope.freq_base": 1e7,
+                f"{arch}.rope.dimension_count": rope,
+                f"{arch}.rope.dimension_sections": rope_sections(rope),
             }
         )
 
@@ -151,6 +157,15 @@ class Dims:
             (b + "ffn_up.weight", "pq2", (hidden, self.ffn)),
             (b + "ffn_down.weight", "pq2", (self.ffn, hidden)),
         ]
+
+
+def rope_sections(rope_dim: int) -> list[int]:
+    """Qwen3.5's four multi-axis rope sections for rope_dim rotated dimensions, as the 27B's
+    11:11:10 of 32 pairs: the interleaved sections then cover every pair, so that for text (every
+    axis at the token's position) each pair rotates."""
+    pairs = rope_dim // 2
+    t = -(-pairs // 3)
+    return [t, t, pairs - 2 * t, 0]
 
 
 # Ternary-Bonsai-2-27B, and a small model of the same structure (the demo's sizes).

@@ -373,7 +373,9 @@ def synthetic(
     """A model of a preset's shapes (pyq2.plan.decode.PRESETS) with random ternary weights (codes
     uniform in 0..2, scales 0.01) in the tiles layout, random signs for every input width
     (rotation blocks of `block`, or 128 when it does not divide every width), norm weights 1,
-    small random dense tensors: real-shaped work for a benchmark, built on the GPU.
+    the recurrence's parameters of a decaying recurrence (_synthetic_dense), small random side
+    projections: real-shaped work for a benchmark of the weight path or the whole model, built on
+    the GPU.
     With tp = (G, rank), the rank's shard of it (pyq2.plan.tensor_parallel, every projection folded
     with blocks of `block`)."""
     torch = require_torch()
@@ -406,7 +408,7 @@ def synthetic(
     weights, dense, widths = {}, {}, set()
     for name, kind, ne in tensors:
         if kind == "dense":
-            dense[name] = torch.ones(tuple(reversed(ne)), device=device, dtype=torch.bfloat16)
+            dense[name] = _synthetic_dense(name, tuple(reversed(ne)), gen, device)
             continue
         k, n = ne
         codes, scales = layouts.region_bytes("tiles", n, k, 2)
@@ -422,3 +424,25 @@ def synthetic(
         rotations[w] = DeviceRotation(block, s)
     name = f"synthetic {preset}" + (f", shard {tp[1]} of {tp[0]}" if tp else "")
     return Model(plan, None, weights, dense, rotations, name, True, {}, tp, splits)
+
+
+def _synthetic_dense(name: str, shape: tuple[int, ...], gen: Any, device: Any) -> Any:
+    """A synthetic model's dense tensor (bf16) with the magnitudes of a trained one: norms 1,
+    ssm_a = -exp(U[0, log 16]) (a decaying recurrence), dt bias in [-2, 0], a convolution that
+    passes its input on, side projections N(0, 0.02)."""
+    torch = require_torch()
+
+    def uniform(lo: float, hi: float) -> Any:
+        return lo + (hi - lo) * torch.rand(shape, generator=gen, device=device)
+
+    if name.endswith("ssm_a"):
+        x = -torch.exp(uniform(0.0, float(np.log(16.0))))
+    elif name.endswith("ssm_dt.bias"):
+        x = uniform(-2.0, 0.0)
+    elif name.endswith("ssm_conv1d.weight"):
+        x = 0.3 + 0.2 * torch.randn(shape, generator=gen, device=device)
+    elif len(shape) == 2:
+        x = 0.02 * torch.randn(shape, generator=gen, device=device)
+    else:
+        x = torch.ones(shape, device=device)
+    return x.to(torch.bfloat16)

@@ -1,9 +1,11 @@
-"""README.md's "Use it from a host": its code is the code that runs.
+"""The host examples of README.md and docs/host-api.md: their code is the code that runs.
 
-- Always (no GPU): the section holds its three Python blocks (a whole model through
-  pyq2.runtime.step, the ctypes excerpt, the torch operators), each valid Python; every line of the
-  ctypes excerpt is a line of tools/examples/ctypes_host.py, in the file's order ("..." marks
-  what the excerpt leaves out; indentation aside).
+- Always (no GPU): README.md holds one Python block (a whole model through pyq2.runtime.step) and
+  docs/host-api.md two (the ctypes excerpt, the torch operators), each valid Python; every line
+  of the ctypes excerpt is a line of tools/examples/ctypes_host.py, in the file's order ("..."
+  marks what the excerpt leaves out; indentation aside).
+- Where a C compiler is found (no GPU): README.md's C block compiles against pq2.h, as the body of
+  a function whose parameters are its free names (device pointers, sizes, the stream).
 - With torch, CUDA and a CUDA build (marked gpu), on the demo model (pyq2.offline.demo), each block
   run as it stands with only its free names bound:
   - the DecodeStep block, its file name replaced by the demo model's path and `token` bound:
@@ -18,6 +20,8 @@
 """
 
 import re
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -36,22 +40,32 @@ from ..conftest import (
 
 torch = optional_torch()
 
-SECTION = "## Use it from a host"
+README = ROOT / "README.md"
+HOST_API = ROOT / "docs" / "host-api.md"
 MODEL_PATH = '"Ternary-Bonsai-2-27B.gguf"'  # the DecodeStep block's file, replaced by the demo's
+# The free names of README's C block: what a host has when it calls (device pointers, sizes).
+C_PARAMS = (
+    "const void *d_tiles, size_t tiles_bytes, int64_t n, int64_t k, int64_t m, const void *d_x, "
+    "void *d_y, void *d_ws, void *stream"
+)
 
 
 def gpu_test(f):
     return pytest.mark.gpu(needs_gpu(f))
 
 
+def code_blocks(path, lang: str) -> list[str]:
+    return re.findall(
+        rf"^```{lang}\n(.*?)^```$", path.read_text(encoding="utf-8"), flags=re.S | re.M
+    )
+
+
 def host_blocks() -> dict[str, str]:
-    """The section's ```python blocks by role: "step", "ctypes", "torch"."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert text.count(SECTION + "\n") == 1, f"README.md has no single '{SECTION}' section"
-    section = text.split(SECTION + "\n", 1)[1].split("\n## ", 1)[0]
-    blocks = re.findall(r"^```python\n(.*?)^```$", section, flags=re.S | re.M)
-    roles = {}
-    for block in blocks:
+    """The ```python blocks by role: "step" (README.md's), "ctypes" and "torch" (host-api.md's)."""
+    steps = [b for b in code_blocks(README, "python") if "DecodeStep(" in b]
+    assert len(steps) == 1, f"README.md has {len(steps)} Python blocks with a DecodeStep, not 1"
+    roles = {"step": steps[0]}
+    for block in code_blocks(HOST_API, "python"):
         role = (
             "step"
             if "DecodeStep(" in block
@@ -66,11 +80,11 @@ def host_blocks() -> dict[str, str]:
     return roles
 
 
-def test_the_section_has_its_three_blocks_of_valid_python():
+def test_the_examples_are_three_blocks_of_valid_python():
     blocks = host_blocks()
     assert sorted(blocks) == ["ctypes", "step", "torch"]
     for role, block in blocks.items():
-        compile(block, f"README.md ({role})", "exec")
+        compile(block, f"host example ({role})", "exec")
     assert MODEL_PATH in blocks["step"]
 
 
@@ -82,10 +96,32 @@ def test_the_ctypes_excerpt_is_the_examples_code():
         if not line or line == "...":
             continue
         assert line in example[at:], (
-            f"README's ctypes excerpt line {line!r} is not in {CTYPES_EXAMPLE.name} "
+            f"host-api's ctypes excerpt line {line!r} is not in {CTYPES_EXAMPLE.name} "
             f"(after line {at})"
         )
         at += example[at:].index(line) + 1
+
+
+@pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc)")
+def test_the_readme_c_block_compiles(tmp_path):
+    (block,) = code_blocks(README, "c")
+    lines = block.splitlines()
+    includes = [line for line in lines if line.startswith("#include")]
+    body = [line for line in lines if not line.startswith("#include")]
+    src = tmp_path / "readme.c"
+    src.write_text(
+        "\n".join(includes)
+        + f"\n\nvoid readme_example({C_PARAMS})\n{{\n"
+        + "\n".join(body)
+        + "\n}\n"
+    )
+    r = subprocess.run(
+        ["cc", "-std=c11", "-Wall", "-Wextra", "-Werror", "-fsyntax-only"]
+        + ["-I", str(ROOT / "native" / "include"), str(src)],
+        capture_output=True,
+        text=True,
+    )
+    assert r.returncode == 0, f"README.md's C block does not compile:\n{r.stderr}"
 
 
 def run_block(role: str, names: dict, replace: tuple[str, str] | None = None) -> dict:
@@ -95,7 +131,7 @@ def run_block(role: str, names: dict, replace: tuple[str, str] | None = None) ->
         assert replace[0] in block
         block = block.replace(*replace)
     ns = dict(names)
-    exec(compile(block, f"README.md ({role})", "exec"), ns)
+    exec(compile(block, f"host example ({role})", "exec"), ns)
     return ns
 
 
@@ -133,8 +169,8 @@ def test_the_torch_block_runs_on_a_demo_weight(demo_gguf, demo_unfolded):
     ns = run_block("torch", {"raw": raw, "n": n, "k": k, "rotation": rot, "x": x})
     y = ns["y"]
     assert (y.shape, y.dtype) == ((2, 3, n), torch.float32)
-    assert_matches_unfolded(y.reshape(-1, n), x.reshape(-1, k), w[name], f"README torch: {name}")
+    assert_matches_unfolded(y.reshape(-1, n), x.reshape(-1, k), w[name], f"host-api torch: {name}")
     assert torch.equal(y, ns["lin"](x)), "compiled and eager differ"
     model = load(demo_gguf)
     loaded = PQ2Linear.from_weights(model.weights[name].matrix, model.rotation_for(k))
-    assert torch.equal(y, loaded(x)), "the README's module and the loaded model's differ"
+    assert torch.equal(y, loaded(x)), "host-api's module and the loaded model's differ"

@@ -69,14 +69,7 @@ def write_qwen35(path, dims=ODD, seed=0, types=None, shuffle=False, folded=None,
         tensors.append((OutTensor(name, tid, ne, data.nbytes), data))
     if shuffle:
         tensors = [tensors[i] for i in rng.permutation(len(tensors))]
-    kv = [
-        (
-            key,
-            V.STRING if isinstance(v, str) else V.FLOAT32 if isinstance(v, float) else V.UINT32,
-            v,
-        )
-        for key, v in dims.keys().items()
-    ]
+    kv = [gguf_io.typed(key, v) for key, v in dims.keys().items()]
     if folded is not None:
         for key, value in contract_keys(128, None, folded):
             vtype = {int: V.UINT32, str: V.STRING}.get(type(value), V.ARRAY)
