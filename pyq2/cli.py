@@ -240,7 +240,10 @@ def _cmd_bench(args) -> int:
             f"--tp {args.tp} runs the {args.tp} shards of a model: write them with "
             f"pyq2 repack --tp {args.tp} and give them all"
         )
-
+    if args.whole and args.tp is not None:
+        args.usage_error("--whole runs on one GPU: leave out --tp")
+    if args.whole and args.decode < 2:
+        args.usage_error(f"--decode {args.decode}: time at least 2 decode steps")
     return run(args)
 
 
@@ -430,6 +433,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the step tensor-parallel on G GPUs, one process each, NCCL between them: "
         "the G shards given as MODEL, or a preset's (which is also timed on one GPU)",
     )
+    b.add_argument(
+        "--whole",
+        action="store_true",
+        help="time the whole model (attention and the recurrence too): a prompt of --prompt "
+        "tokens (default 2048) then --decode steps per batch size of --ms (default 1,4,16)",
+    )
+    b.add_argument("--decode", type=int, default=256, metavar="N", help="decode steps (--whole)")
     b.add_argument("--json", metavar="FILE", help="write the results as JSON")
     b.set_defaults(func=_cmd_bench)
     return p

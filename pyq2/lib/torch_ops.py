@@ -20,7 +20,8 @@ need torch at all.
 
 import contextlib
 import functools
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 try:
     import torch
@@ -292,7 +293,7 @@ def _dequantize(weights, n, k, layout, rt, out_dtype):
         return w.dequantize(out_dtype, stream=stream)
 
 
-_IMPLS = {
+_IMPLS: dict[str, Callable[..., Any]] = {
     "matmul": _matmul,
     "matmul_q8": _matmul_q8,
     "quantize_q8": _quantize_q8,
@@ -367,7 +368,7 @@ def _dequantize_fake(weights, n, k, layout, rt, out_dtype):
     return weights.new_empty((n, k), dtype=out_dtype)
 
 
-_FAKES = {
+_FAKES: dict[str, Callable[..., Any]] = {
     "matmul": _matmul_fake,
     "matmul_q8": _matmul_q8_fake,
     "quantize_q8": _quantize_q8_fake,
@@ -387,8 +388,7 @@ for _name, _schema in SCHEMAS.items():
     torch.library.register_fake(f"pq2::{_name}", _FAKES[_name])
 
 
-# ---- Python entry points over pyq2.lib.cuda's objects
-# ---------------------------------------------
+# ---- Python entry points over pyq2.lib.cuda's objects ------------------------------------
 
 
 def _w_args(w: gpu.PQ2Weights):

@@ -95,6 +95,8 @@ def run(args) -> int:
         model = load(files[0], progress=_progress)
         print("", file=sys.stderr)
     read_gbs = read_bandwidth_gbs()
+    if args.whole:
+        return _run_whole(args, model, read_gbs)
     plan = model.plan
     print(
         f"{model.source}: {plan.n_layers} layers ({len(plan.attention_layers)} attention), "
@@ -127,6 +129,44 @@ def run(args) -> int:
                 "rows": rows,
             },
         )
+    return 0
+
+
+def _run_whole(args, model: Model, read_gbs: float) -> int:
+    """`pyq2 bench --whole` (pyq2.runtime.bench_model)."""
+    from ..plan.decode import PRESETS
+    from ..spec import qwen35
+    from .bench_model import measure_whole
+
+    prompt = args.prompt or 2048
+    if args.synthetic:
+        kv = dict(PRESETS[args.synthetic].keys(context=prompt + args.decode + 2))
+    else:
+        with gguf_io.open_gguf(args.model[0]) as gf:
+            kv = {k: gf.value(k) for k in gf.keys()}
+    config = qwen35.Config.from_metadata(kv)
+    ms = [int(v) for v in (args.ms if args.ms != "1,4,8,16" else "1,4,16").split(",")]
+    print(
+        f"{model.source}: the whole model, prompts of {prompt} tokens then {args.decode} "
+        f"decode steps; read bandwidth {read_gbs:.0f} GB/s (torch sum)"
+    )
+    rows = []
+    for b in ms:
+        r = measure_whole(model, config, b, prompt, args.decode, read_gbs, args.replays)
+        rows.append(r)
+        print(
+            f"batch {b:3d}: time to first token {r['ttft_ms']:9.1f} ms  decode "
+            f"{r['decode_tokens_per_s']:8.0f} tok/s ({r['decode_step_ms']:.3f} ms a step, "
+            f"{r['x_floor']:.2f}x floor {r['floor_ms']:.3f} ms; alone: weight path "
+            f"{r['weight_path_ms']:.3f}, attention {r['attention_ms']:.3f}, recurrence "
+            f"{r['recurrence_ms']:.3f}, rest {r['rest_ms']:.3f} ms)"
+        )
+    if args.json:
+        _write_json(
+            args.json,
+            {"env": environment(), "model": model.source, "read_bandwidth_gbs": read_gbs,
+             "whole": rows},
+        )  # fmt: skip
     return 0
 
 

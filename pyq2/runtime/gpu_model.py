@@ -13,6 +13,7 @@ back to the host.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..lib.optional import require_torch
@@ -214,6 +215,25 @@ class GpuModel:
         torch.cuda.current_stream().wait_stream(stream)
         self._graphs[key] = graph
         return graph
+
+    def part(self, b: int, which: str) -> Callable[[], None]:
+        """One part of a decode step of b sequences, at the attention span of its latest graph,
+        to time alone: "weights" (embedding, producers, projections, side projections),
+        "attention" or "recurrence" (every such layer's mixer)."""
+        if which not in ("weights", "attention", "recurrence"):
+            raise ValueError(f"part {which!r} is not weights, attention or recurrence")
+        step = self._step(b)
+        span = max((s for bb, s in self._graphs if bb == b), default=SPAN_STEP)
+        layers = list(self.attn if which == "attention" else self.gdn)
+
+        def run() -> None:
+            self._current, self._mode = step, ("decode", span)
+            if which == "weights":
+                step.run(("embedding", "producer", "projection", "side"))
+            for i in layers if which != "weights" else ():
+                self._mixer(i)
+
+        return run
 
     def sample(self, logits: Any, params: SamplingParams, history: list[list[int]]) -> list[int]:
         torch = require_torch()
