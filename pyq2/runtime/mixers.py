@@ -203,8 +203,9 @@ class GatedDeltaNet:
         q, k, v, g, b = self._split(torch.nn.functional.silu(y), alpha, beta)
         state = self.state[seq : seq + 1]
         if self.fla is not None:
-            o, final = self.fla[0](q[None], k[None], v[None], g[None], b[None], scale=self.scale,
-                                   initial_state=state, output_final_state=True)  # fmt: skip
+            o, final = self.fla[0](q[None], k[None], v[None], g=g[None], beta=b[None],
+                                   scale=self.scale, initial_state=state,
+                                   output_final_state=True)  # fmt: skip
             o = o[0]
         else:
             o, final = _recurrent(q[None], k[None], v[None], g[None], b[None], state, self.scale)
@@ -222,12 +223,12 @@ class GatedDeltaNet:
         q, k, v, g, beta_ = self._split(torch.nn.functional.silu(y), alpha, beta)
         state = self.state[:b]
         # (B, 1, H, D): each sequence one token
-        args = (q[:, None], k[:, None], v[:, None], g[:, None], beta_[:, None])
-        if self.fla is not None:
-            o, final = self.fla[1](*args, scale=self.scale, initial_state=state,
-                                   output_final_state=True)  # fmt: skip
+        q, k, v, g, beta_ = q[:, None], k[:, None], v[:, None], g[:, None], beta_[:, None]
+        if self.fla is not None:  # (its fourth and fifth parameters are g and gk, by name here)
+            o, final = self.fla[1](q, k, v, g=g, beta=beta_, scale=self.scale,
+                                   initial_state=state, output_final_state=True)  # fmt: skip
         else:
-            o, final = _recurrent(*args, state, self.scale)
+            o, final = _recurrent(q, k, v, g, beta_, state, self.scale)
         state.copy_(final)
         self._out(o[:, 0].float(), z, out)
 
