@@ -19,7 +19,7 @@ TUNE = ROOT / "tools" / "tune" / "tune_matmul.py"
 INSTANCES = ROOT / "tools" / "tune" / "instances.py"
 PYQ2_PARENT = Path(__import__("pyq2").__file__).resolve().parents[1]
 
-HEADER = "// table\n//\n// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, ...)  // us\n"
+HEADER = "// table\n//\n// PQ2_TUNED(layout, m_max, n, k, layout_rt, family, ...)  // file\n"
 OLD = [
     "PQ2_TUNED(PLANES, 8, 5120, 6144, 0, ROWBLOCK, 2, 0, 8, 2, 2, 0, 0)  // 8.6 us",
     "PQ2_TUNED(TILES, 1, 5120, 6144, 2, ROWBLOCK, 2, 0, 16, 2, 1, 0, 0)  // 5.3 us",
@@ -52,7 +52,7 @@ def saved_tune(path):
     write_tune(
         path, 8, [((1, 2, 0, 4, 1, 1, 4, 0), 6.5), ((1, 2, 0, 8, 2, 1, 0, 0), 9.0)], "bbbbbbb"
     )
-    return "PQ2_TUNED(TILES, 8, 5120, 6144, 2, ROWBLOCK, 2, 0, 4, 1, 1, 4, 0)  // 6.5 us"
+    return "PQ2_TUNED(TILES, 8, 5120, 6144, 2, ROWBLOCK, 2, 0, 4, 1, 1, 4, 0)  // tune.json"
 
 
 def entries(text):
@@ -72,7 +72,7 @@ def test_partial_replaces_only_the_tuned_entries(tmp_path, table):
     assert r.returncode == 0, r.stderr
     text = table.read_text()
     assert entries(text) == [OLD[0], OLD[1], new, OLD[3], FALLBACK[1]]  # sorted: layout, n, k, m
-    assert "commit bbbbbbb" in text  # the run's provenance line
+    assert "commit" not in text  # provenance: the entry cites its results file, nothing else
 
 
 def test_full_rewrite_replaces_the_layout(tmp_path, table):
@@ -83,14 +83,14 @@ def test_full_rewrite_replaces_the_layout(tmp_path, table):
     assert entries(table.read_text()) == [OLD[0], new, FALLBACK[1]]
 
 
-SM90_LINE = "PQ2_TUNED(TILES, 128, 5120, 6144, 2, GEMM_SM90, 8, 128, 8, 1, 6, 0, 1)  // {} us"
-PORTABLE_LINE = "PQ2_TUNED(TILES, 128, 5120, 6144, 2, GEMM, 8, 32, 8, 1, 4, 0, 4)  // 55.0 us"
+SM90_LINE = "PQ2_TUNED(TILES, 128, 5120, 6144, 2, GEMM_SM90, 8, 128, 8, 1, 6, 0, 1)  // tune.json"
+PORTABLE_LINE = "PQ2_TUNED(TILES, 128, 5120, 6144, 2, GEMM, 8, 32, 8, 1, 4, 0, 4)  // tune.json"
 
 
 @pytest.mark.parametrize(
     "sm90_us, want",
     [
-        (40.0, [SM90_LINE.format("40.0"), PORTABLE_LINE]),  # sm_90a fastest: the portable follows
+        (40.0, [SM90_LINE, PORTABLE_LINE]),  # sm_90a fastest: the portable follows
         (70.0, [PORTABLE_LINE]),  # a portable configuration fastest: its line alone
     ],
 )
@@ -192,6 +192,6 @@ def test_an_interrupted_tune_is_re_picked_only_with_partial(monkeypatch, tmp_pat
     c = best["config"]
     assert new == [
         f"PQ2_TUNED(TILES, 8, 5120, 6144, 2, ROWBLOCK, {c['row_subtiles']}, 0, {c['warps']}, "
-        f"{c['unroll']}, {c['stages']}, {c['blocks']}, {c['splits']})  // {best['us']:.1f} us"
+        f"{c['unroll']}, {c['stages']}, {c['blocks']}, {c['splits']})  // tune.json"
     ]
     assert c["warps"] == 2 and c["unroll"] == 1  # the fake timings' fastest

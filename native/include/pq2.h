@@ -15,16 +15,11 @@
  * Python package (bindings/gen_cdef.py derives them from this file): keep them to plain
  * declarations, `#define NAME <integer>` constants and enums with explicit values.
  *
- * FORMATS.md (repository root) specifies the block formats, the resident layouts byte by byte,
- * the group-128 Q8 activations and the rotation contract. In short:
- *   PQ2_0 block: 34 bytes per 128 weights, fp16 scale d then qs[32]; weight j is the 2-bit code at
- *     shift 2*(j%4) of qs[j/4]; value = (code - 1) * d; code 3 (= +2) is valid.
- *   Layouts of an N x K matrix (K % 128 == 0): RAW (N rows of K/128 blocks, as in GGUF), PLANES
- *     (all code bytes N x K/4, then all fp16 scales N x K/128), TILES (rows in tiles of 16*rt, rt
- *     in {1, 2, 4}, N padded to whole tiles; per (tile, 128-group) one 16-byte load per lane gives
- *     that lane's m16n8k32 MMA A fragment; format version 2 lane order).
- *   Q8 activations: per row and 128-group, scale = max|x| * (1.0f/127), q = clamp(rint(x /
- *     scale), -127, 127), stored in "plane order" q8[g*128 + (i%4)*32 + i/4], int32 group sums.
+ * FORMATS.md (repository root) specifies every byte this header names, and is cited by section:
+ * the block formats (1: PQ2_0 in 1.1, PTQ1_0 1.2, TQ2_0 1.3, conversions 1.4), the resident
+ * layouts RAW, PLANES and TILES of an N x K matrix (2, with the format version), the group-128 Q8
+ * activations and their plane order (3.1), the reference matmul (3.2) and the Prism Hadamard
+ * rotation contract (4).
  */
 #ifndef PQ2_H
 #define PQ2_H
@@ -115,7 +110,7 @@ PQ2_API pq2_status pq2_convert_layout(const pq2_weights *src, void *dst, size_t 
                                       int32_t dst_layout, int32_t dst_rt);
 
 /* ---- formats to and from PQ2_0 raw blocks (host memory), n_blocks 128-weight blocks ---- */
-/* PTQ1_0 (28-byte blocks) -> PQ2_0 (34-byte blocks), lossless. */
+/* PTQ1_0 -> PQ2_0 blocks, lossless (FORMATS.md 1.4). */
 PQ2_API pq2_status pq2_ptq1_to_pq2(const void *src, size_t src_bytes, void *dst, size_t dst_bytes,
                                    int64_t n_blocks);
 /* PQ2_0 -> PTQ1_0; a block holding code 3 fails with PQ2_ERR_UNREPRESENTABLE naming the row and
@@ -123,25 +118,23 @@ PQ2_API pq2_status pq2_ptq1_to_pq2(const void *src, size_t src_bytes, void *dst,
  * list). dst is left unspecified on failure. */
 PQ2_API pq2_status pq2_pq2_to_ptq1(const void *src, size_t src_bytes, void *dst, size_t dst_bytes,
                                    int64_t n_blocks, int64_t blocks_per_row);
-/* TQ2_0 (66-byte blocks of 256 weights) -> PQ2_0, lossless: each half block becomes one PQ2_0
- * block with the same scale. n_tq2_blocks input blocks give 2*n_tq2_blocks output blocks. */
+/* TQ2_0 -> PQ2_0, lossless (FORMATS.md 1.4): n_tq2_blocks input blocks of 256 weights give
+ * 2*n_tq2_blocks output blocks. */
 PQ2_API pq2_status pq2_tq2_to_pq2(const void *src, size_t src_bytes, void *dst, size_t dst_bytes,
                                   int64_t n_tq2_blocks);
 
 /* ---- reference arithmetic (host memory) ---- */
-/* out[N][K] f32 = dequantised weights (code - 1) * d; out_bytes must be N*K*4. */
+/* out[N][K] f32 = the dequantised weights (FORMATS.md 1.1); out_bytes must be N*K*4. */
 PQ2_API pq2_status pq2_dequantize_host(const pq2_weights *w, float *out, size_t out_bytes);
-/* Group-128 Q8 of x[m][k] (f32, row-major): q8[m][k] in plane order, scales[m][k/128] f32,
- * sums[m][k/128] int32. scale = max|x| * (1/127) with NaN ignored (an all-NaN group: 0);
- * q = clamp(rint(x / scale), -127, 127), a NaN quotient (NaN input, inf / inf) giving 0.
- * Each *_bytes is the size of its buffer and must be at least what m and k need. */
+/* Group-128 Q8 of x[m][k] (f32, row-major), by the rules of FORMATS.md 3.1: q8[m][k] in plane
+ * order, scales[m][k/128] f32, sums[m][k/128] int32. Each *_bytes is the size of its buffer and
+ * must be at least what m and k need. */
 PQ2_API pq2_status pq2_quantize_q8_host(const float *x, size_t x_bytes, int64_t m, int64_t k,
                                         int8_t *q8, size_t q8_bytes, float *scales,
                                         size_t scales_bytes, int32_t *sums, size_t sums_bytes);
-/* y[m][N] f32 = x[m][K] . W^T through the Q8 integer path: per (row, group) the exact integer
- * dot(code, q) - sums is scaled by d_w * d_x in fp32 and accumulated over groups in fp32 in
- * increasing g. The reference GPU results are checked against. x_bytes and y_bytes are the
- * sizes of x and y: at least m * K * 4 and m * N * 4. */
+/* y[m][N] f32 = x[m][K] . W^T through the Q8 integer path, exactly as FORMATS.md 3.2 writes it:
+ * the reference GPU results are checked against. x_bytes and y_bytes are the sizes of x and y:
+ * at least m * K * 4 and m * N * 4. */
 PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, size_t x_bytes, int64_t m,
                                    float *y, size_t y_bytes);
 
@@ -150,7 +143,7 @@ PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, size_t 
  * every entry point calls it on first use, but a host that captures CUDA graphs should call it
  * once before capture. */
 PQ2_API pq2_status pq2_cuda_init(void);
-/* The Q8 operand of a matmul on activations x[m][k] (device memory; FORMATS.md "Activations"):
+/* The Q8 operand of a matmul on activations x[m][k] (device memory; FORMATS.md 3.1, 3.3):
  * what pq2_quantize_q8_cuda and the fused producers below write and pq2_matmul_q8_cuda reads.
  *   q8, scales, sums  the group-128 Q8: q8[m][k] in plane order, scales[m][k/128] fp32,
  *                     sums[m][k/128] int32 (q8 16-byte aligned, the others 4)
@@ -309,9 +302,9 @@ PQ2_API pq2_status pq2_swiglu_rotate_q8_cuda(const void *gate, const void *up, i
                                              const pq2_rotation *rot, const pq2_q8 *out,
                                              void *stream);
 /* x, first permuted from the tiled to the grouped V-head order when v_heads > 0 (the
- * gdn_v_grouped contract: element d + hd*(k + k_heads*r) of x moves to d + hd*(r + rep*k), with
- * hd = width / v_heads, rep = v_heads / k_heads), rotated and quantised into *out. The permutation
- * needs v_heads a multiple of k_heads, hd a multiple of 4 and width <= 2^31 - 1 (PQ2_ERR_SHAPE). */
+ * gdn_v_grouped contract of FORMATS.md 4, with n_v = v_heads and n_k = k_heads), rotated and
+ * quantised into *out. The permutation needs v_heads a multiple of k_heads, width / v_heads a
+ * multiple of 4 and width <= 2^31 - 1 (PQ2_ERR_SHAPE). */
 PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, int64_t m, int64_t width,
                                       const pq2_rotation *rot, int32_t v_heads, int32_t k_heads,
                                       const pq2_q8 *out, void *stream);
@@ -322,7 +315,7 @@ PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, int64_t m, i
 PQ2_API pq2_status pq2_get_rows_cuda(const pq2_weights *w, const int32_t *ids, int64_t n_ids,
                                      void *out, int32_t out_dtype, const pq2_rotation *rot,
                                      void *stream);
-/* out[N][K] = W (any layout, device memory) dequantised: (code - 1) * d, exact in every dtype
+/* out[N][K] = W (any layout, device memory) dequantised (FORMATS.md 1.1), exact in every dtype
  * that holds the value (f32 always), else rounded to nearest even. W's data and out 16-byte
  * aligned; K at most 65535 * 2048. */
 PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *out, int32_t out_dtype,

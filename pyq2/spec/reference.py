@@ -65,7 +65,7 @@ def quantize_q8(x) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return np.ascontiguousarray(q8), scales, sums
 
 
-BITS_GROUP_WORDS = 128  # PQ2_BITS_GROUP_WORDS of native/src/cuda/codes.cuh
+BITS_GROUP_WORDS = 128  # PQ2_BITS_GROUP_WORDS of native/src/cuda/device/codes.cuh
 
 
 def bitslice_q8(q8) -> np.ndarray:

@@ -6,14 +6,19 @@ For each projection shape (tools/bench/shapes.py), each M bucket that --ms names
 2048 as the table holds them; each timed at its largest M) and each resident layout, times every
 configuration of the search space as CUDA-graph replays over rotating weight copies of ternary
 content (activation quantisation included), keeps the fastest, and writes
-native/src/cuda/tuned_configs.inc (--write) plus the full measurements (--json). Needs a tuning
-build of libpq2 (cmake -DPQ2_TUNING_KERNELS=ON: every configuration of the search space compiled).
+native/src/cuda/dispatch/tuned_configs.inc (--write) plus the full measurements (--json). Needs a
+tuning build of libpq2 (cmake -DPQ2_TUNING_KERNELS=ON: every configuration of the search space
+compiled).
 
-    python3 tools/tune/tune_matmul.py --write native/src/cuda/tuned_configs.inc --json tune.json
+    python3 tools/tune/tune_matmul.py --write native/src/cuda/dispatch/tuned_configs.inc \
+        --json tune.json
 
 --write also regenerates the compiled kernel list (tools/tune/instances.py). Rebuild libpq2
 afterwards: the table is compiled in. --from-json re-picks the entries of a saved tune without a
-GPU; --partial replaces only the (layout, M bucket, shape) entries tuned in this run.
+GPU; --partial replaces only the (layout, M bucket, shape) entries tuned in this run. Each entry
+the table gets names the results file its measurements are in (the --json or --from-json file's
+name; file it under tools/bench/results/), and no times: those, and the run's GPU, driver, date
+and commit, are in that file.
 
 A signal (Ctrl-C, SIGTERM from `timeout`) stops the run with exit status 128 + its number. During
 the timing no table is written; with --json the measurements of every (shape, layout, M) finished
@@ -37,7 +42,6 @@ from shapes import SHAPES, pq2_bytes  # noqa: E402
 
 from pyq2.lib.cuda import CONFIG_FIELDS, FAMILY_GEMM, FAMILY_GEMM_SM90, FAMILY_ROWBLOCK  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(HERE))  # the checkout
 M_BUCKETS = [1, 2, 4, 8, 16]  # each entry serves m up to this value
 SEARCH_CHOICES = ("rowblock", "persistent", "splits", "coarse")  # what --search can name
 # A configuration is a tuple in pq2_matmul_config's field order (CONFIG_FIELDS, pq2.h): the
@@ -128,7 +132,7 @@ def pick(cands):
 def picks(cands):
     """The (us, cfg) entries to keep for one shape and M: the fastest, and when that is an sm_90a
     configuration also the fastest of the other families, which serves where sm_90a does not run
-    (select.cu passes over sm_90a lines there)."""
+    (dispatch/select.cu passes over sm_90a lines there)."""
     family = CONFIG_FIELDS.index("family")
     best = pick(cands)
     others = [(us, c) for us, c in cands if c[family] != GEMM_SM90]
@@ -199,23 +203,26 @@ def table_key(line):
     return (f[0], int(f[1]), int(f[2]), int(f[3]), int(f[4]))
 
 
-def entry_line(layout, m, n, k, layout_rt, c, us):
+def entry_line(layout, m, n, k, layout_rt, c, us, source=""):
+    """A PQ2_TUNED(...) line; `source` (the results file of its measurements) follows it as a
+    comment. The time `us` is not written: it is in that file."""
     family, *rest = c
     args = ", ".join(
         str(v) for v in (layout.upper(), m, n, k, layout_rt, FAMILY_NAMES[family], *rest)
     )
-    return f"PQ2_TUNED({args})  // {us:.1f} us"
+    return f"PQ2_TUNED({args})  // {source}" if source else f"PQ2_TUNED({args})"
 
 
-def render_table(old_text, entries, note, partial):
-    """The new table: the old file's header and fallback lines, the tuned entries, and the old
-    entries this run does not replace (another layout's, or with `partial` every entry whose
-    (layout, m_max, n, k) was not tuned now)."""
+def render_table(old_text, entries, source, partial):
+    """The new table: the old file's header (less the per-run provenance lines older tables had:
+    each entry names its results file instead) and fallback lines, the tuned entries citing
+    `source`, and the old entries this run does not replace (another layout's, or with `partial`
+    every entry whose (layout, m_max, n, k) was not tuned now)."""
     tuned_layouts = {e[0].upper() for e in entries}
     tuned_keys = {(e[0].upper(), e[1], e[2], e[3]) for e in entries}
     lines = old_text.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("PQ2_TUNED("))
-    header = lines[:first]
+    header = [h for h in lines[:first] if not h.startswith("// Tuned on ")]
     keep, fallback = [], []
     in_fallback = False
     for line in lines[first:]:
@@ -228,20 +235,9 @@ def render_table(old_text, entries, note, partial):
             replaced = key[:4] in tuned_keys if partial else key[0] in tuned_layouts
             if not replaced:
                 keep.append((key, line))
-    new = [(table_key(entry_line(*e)), entry_line(*e)) for e in entries]
+    new = [(table_key(entry_line(*e)), entry_line(*e, source)) for e in entries]
     # an sm_90a line before a portable one of the same range: it serves first where it runs
     order = lambda kl: (*kl[0][:1], *kl[0][2:], kl[0][1], "GEMM_SM90," not in kl[1])  # noqa: E731
-    # One provenance line per run, after the earlier runs' (a full run of a layout still leaves
-    # the other layout's lines from earlier runs, so none is dropped).
-    runs = [i for i, h in enumerate(header) if h.startswith("// Tuned on")]
-    at = (
-        runs[-1] + 1
-        if runs
-        else next(
-            (i - 1 for i, h in enumerate(header) if h.startswith("// PQ2_TUNED(")), len(header)
-        )
-    )
-    header.insert(at, f"// Tuned on {note}.")
     body = [line for _, line in sorted(keep + new, key=order)]
     return "\n".join(header + body + [""] + fallback) + "\n"
 
@@ -267,16 +263,16 @@ def entries_from_json(path):
     return entries, saved["env"], saved.get("interrupted")
 
 
-def write_table(path, entries, env, partial, source=""):
-    """Writes the table and, for the product's table, the compiled kernel list derived from it:
-    each file whole or not at all (pyq2.atomic), and both or neither (a signal waits)."""
+def write_table(path, entries, partial, source):
+    """Writes the table, its new entries citing the results file `source` (a file name, or "" for
+    none), and, for the product's table, the compiled kernel list derived from it: each file
+    whole or not at all (pyq2.atomic), and both or neither (a signal waits)."""
     from pyq2 import interrupts
     from pyq2.atomic import atomic_output
 
     with open(path) as f:
         old = f.read()
-    note = f"{env['nvidia_smi']}, {env['date'][:10]}, commit {env['commit']}{source}"
-    text = render_table(old, entries, note, partial)
+    text = render_table(old, entries, source, partial)
     files = [(path, text)]
     if os.path.abspath(path) == str(instances.TABLE):
         keys = instances.product_keys(instances.table_entries(text))
@@ -346,16 +342,15 @@ def main(argv=None):
 
 def repick(ap, args):
     """--from-json: the saved tune's picks, written to --write and printed."""
-    entries, env, interrupted = entries_from_json(args.from_json)
+    entries, _, interrupted = entries_from_json(args.from_json)
     if interrupted and args.write and not args.partial:
         ap.error(
             f"--from-json {args.from_json}: that tune was interrupted ({interrupted}) and "
             "holds only part of the search; a full --write would drop every entry it lacks "
             "(add --partial)"
         )
-    where = os.path.relpath(os.path.abspath(args.from_json), ROOT)
     if args.write:
-        write_table(args.write, entries, env, args.partial, f", re-picked from {where}")
+        write_table(args.write, entries, args.partial, os.path.basename(args.from_json))
     for e in sorted(entries, key=lambda e: (e[0], e[2], e[3], e[1])):
         print(
             f"{e[0]} n={e[2]} k={e[3]} M<={e[1]}: "
@@ -397,7 +392,8 @@ def tune_and_write(args, parts, warps):
             write_json(args.json, env, entries, rows, interrupted=name)
         return 128 + signum
     if args.write:
-        write_table(args.write, entries, env, args.partial)
+        source = os.path.basename(args.json) if args.json else ""
+        write_table(args.write, entries, args.partial, source)
     if args.json:
         write_json(args.json, env, entries, rows)
     return 0

@@ -1,7 +1,7 @@
 /*
  * blocks.h - the one place that knows the block byte layouts (PQ2_0, PTQ1_0, TQ2_0), the PQ2_0
  * 2-bit code order, the Q8 plane order and fp16 <-> fp32 conversion (FORMATS.md). Includable from
- * C11, C++ and CUDA; the GPU's own view of the code order is in cuda/codes.cuh.
+ * C11, C++ and CUDA; the GPU's own view of the code order is in cuda/device/codes.cuh.
  */
 #ifndef PQ2_COMMON_BLOCKS_H
 #define PQ2_COMMON_BLOCKS_H

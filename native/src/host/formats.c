@@ -1,4 +1,4 @@
-/* formats.c - PTQ1_0 and TQ2_0 blocks to and from PQ2_0 raw blocks (block layouts: internal.h). */
+/* formats.c - PTQ1_0 and TQ2_0 blocks to and from PQ2_0 raw blocks (layouts: common/blocks.h). */
 #include <inttypes.h>
 
 #include "common/blocks.h"

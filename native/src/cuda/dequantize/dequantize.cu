@@ -9,8 +9,8 @@
 #include <cuda_fp16.h>
 
 #include "dequantize/dequantize.h"
-#include "dtypes.cuh"
-#include "launch.cuh"
+#include "device/dtypes.cuh"
+#include "device/launch.cuh"
 
 namespace {
 

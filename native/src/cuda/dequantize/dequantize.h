@@ -1,6 +1,6 @@
 // dequantize.h - pq2_dequantize_cuda's kernel: a PQ2_0 matrix (any layout) to a dense [n][k]
-// matrix of (code - 1) * d. Arguments validated by the caller (api_rotate.cu: the view, the
-// pointers and their alignment); the grid's limits here.
+// matrix of (code - 1) * d. Arguments validated by the caller (api/get_rows_dequantize.cu: the
+// view, the pointers and their alignment); the grid's limits here.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -13,7 +13,8 @@
 // against the four activation planes (s8 B), chained into one int32 accumulator started from
 // kBias - 64 * sum(q): it ends as the bits of the float 1.25 * 2^23 + 64 * dot(code - 1, q),
 // exact, which promote_one (gemm/stage.cuh) adds to the fp32 accumulator with both scales in two
-// FFMAs. At 64 tokens two blocks share an SM (launch bounds: 128 registers).
+// FFMAs. At 64 tokens two blocks share an SM (launch bounds: the registers of two blocks of
+// kThreads; NOTES: portable64-launch-bounds).
 #pragma once
 
 #include "gemm/stage.cuh"

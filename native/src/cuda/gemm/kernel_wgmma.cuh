@@ -358,8 +358,10 @@ __device__ __forceinline__ void streamk_end(const pq2_gemm_problem &p, const wg_
     if (threadIdx.x == 0) p.counters[t] = 0;  // ready for the next call
 }
 
-// Blocks per SM (launch bounds): a tile grid three at 32 tokens (72 registers), two at 64 (96),
-// one above; a stream-K grid, whose segment loop holds more state, two at 32 and one above.
+// Blocks per SM (launch bounds): a tile grid three at 32 tokens, two at 64, one above; a stream-K
+// grid, whose segment loop holds more state, two at 32 and one above (bounded tighter, it spills
+// or runs slower). (NOTES: sm90-32-token-tile, gemm64-two-blocks-per-sm,
+// no-stream-k-at-tile-occupancy)
 constexpr int wg_blocks_per_sm(int bn, bool sk)
 {
     return sk ? (bn == 32 ? 2 : 1) : (bn == 32 ? 3 : bn == 64 ? 2 : 1);

@@ -6,9 +6,9 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "device/launch.cuh"
 #include "gemm/kernel_mma.cuh"
 #include "gemm/kernel_wgmma.cuh"
-#include "launch.cuh"
 
 namespace {
 

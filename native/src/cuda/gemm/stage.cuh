@@ -6,11 +6,11 @@
 
 #include <cuda_fp16.h>
 
-#include "arrival.cuh"
-#include "codes.cuh"
-#include "dtypes.cuh"
+#include "device/arrival.cuh"
+#include "device/codes.cuh"
+#include "device/dtypes.cuh"
+#include "device/ptx.cuh"
 #include "gemm/gemm.h"
-#include "ptx.cuh"
 
 namespace pq2_gemm {
 

@@ -1,7 +1,7 @@
 // operand.cu - the Q8 operand of pq2.h (pq2_q8): its kernel operand's size and parts, and the
 // checks every writer and reader of one makes.
-#include "codes.cuh"
-#include "launch.cuh"
+#include "device/codes.cuh"
+#include "device/launch.cuh"
 #include "quantize/quantize.h"
 
 size_t pq2_q8_kernel_operand_size(int64_t m, int64_t k)

@@ -3,7 +3,7 @@
 // producers (rotate/) end with it.
 #pragma once
 
-#include "codes.cuh"
+#include "device/codes.cuh"
 
 // rint(v[j] / div) as the spec takes it (the correctly rounded quotient, then rint), from a
 // reciprocal rcp within 2^-22 of 1 / div: v * rcp is then within 5e-5 of the quotient's float
@@ -79,8 +79,8 @@ q8_store_group(const float (&v)[4], int lane, int64_t row, int64_t g, int64_t ta
         sums[row * groups + g] = sum;
     }
     if (records) {
-        // The token-constant records (codes.cuh, m <= 8): token `row` fills slot row, and the
-        // last token also the slots past m - 1 (min(t, m - 1) == row). Lane s writes slot s.
+        // The token-constant records (device/codes.cuh, m <= 8): token `row` fills slot row, and
+        // the last token also the slots past m - 1 (min(t, m - 1) == row). Lane s writes slot s.
         const int last = row == m - 1 ? PQ2_TC_PAIRS * 2 : (int)row + 1;
         if (lane >= row && lane < last) {
             int *rec = reinterpret_cast<int *>(records + g * PQ2_TC_PAIRS + (lane >> 1));

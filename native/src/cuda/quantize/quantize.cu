@@ -1,16 +1,16 @@
 // quantize.cu - group-128 Q8 activation quantisation on the GPU (FORMATS.md), bit-exact with
 // pq2_quantize_q8_host: scale = max|x| * (1.0f/127), q = clamp(rint(x / scale), -127, 127) with a
 // correctly rounded fp32 division, plane order q8[g*128 + (i%4)*32 + i/4], int32 group sums;
-// optionally also the operands the row-block kernels read from the workspace (codes.cuh): the
-// bit-sliced q8 (m == 1) or the token-constant records (2 <= m <= 8), here or from existing
-// q8, scales and sums (the small kernels at the end).
+// optionally also the operands the row-block kernels read from the workspace (device/codes.cuh):
+// the bit-sliced q8 (m == 1) or the token-constant records (2 <= m <= 8), here or from existing q8,
+// scales and sums (the small kernels at the end).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
-#include "codes.cuh"
-#include "launch.cuh"
-#include "ptx.cuh"
-#include "dtypes.cuh"
+#include "device/codes.cuh"
+#include "device/dtypes.cuh"
+#include "device/launch.cuh"
+#include "device/ptx.cuh"
 #include "quantize/q8_group.cuh"
 #include "quantize/quantize.h"
 
@@ -18,9 +18,9 @@ namespace {
 
 // Warps per block: at most kMaxWarps; one while m <= kOneWarpMaxM (decode batches). There the
 // quantiser's blocks start while the previous matmul's blocks still hold most of each SM, and a
-// one-warp block finds room where an 8-warp block waits: the M = 1 pass measured 2.309 ms with 1
-// warp per block, 2.32-2.33 with 2 and 4, 2.34 with 8. Larger m keep 8-warp blocks (fewer blocks
-// to schedule; not measured).
+// one-warp block finds room where an 8-warp block waits: the decode pass is fastest with one warp
+// per block (NOTES: shorter-quantiser). Larger m keep 8-warp blocks (fewer blocks to schedule;
+// not measured).
 constexpr int kMaxWarps = 8;
 constexpr int64_t kOneWarpMaxM = 16;
 
@@ -117,8 +117,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32)
     bitslice_group(q, lane, bits + (size_t)task * PQ2_BITS_GROUP_WORDS);
 }
 
-// The token-constant records (codes.cuh) of existing scales and sums [m][groups], one thread per
-// record; clears the matmul's arrival counters as the quantiser does.
+// The token-constant records (device/codes.cuh) of existing scales and sums [m][groups], one thread
+// per record; clears the matmul's arrival counters as the quantiser does.
 __global__ void __launch_bounds__(256)
     token_records_kernel(const float *__restrict__ scales, const int32_t *__restrict__ sums,
                          int32_t m, int64_t groups, int4 *__restrict__ records,
@@ -175,14 +175,14 @@ pq2_status pq2_token_records_launch(const char *fn, const float *scales, const i
     return pq2_launch_status(fn);
 }
 
-// Warps an SM holds at once while the quantisers stay within 32 registers (2048 threads).
+// Warps an SM holds at once (2048 threads, the most it takes), while each quantiser thread stays
+// within its share of the register file.
 constexpr int64_t kResidentWarpsPerSm = 64;
 
 // Tasks per warp of the flat kernel, or 0 for the row kernel (m <= kOneWarpMaxM, or bit slices or
 // records wanted). Two once the tasks fill more than one wave of resident warps: a warp's second
 // task shares its setup and overlaps its first one's loads; below that, one per warp keeps more
-// warps on fewer tasks. Measured on the H200 (bf16 x, width 5120, µs; tools/bench/NOTES.md,
-// 2026-12-02): m = 17 1.35 (one) vs 1.64 (two); m = 2048 15.1 vs 13.2-13.4.
+// warps on fewer tasks (NOTES: flat-quantiser).
 static int flat_tasks_per_warp(int64_t m, int64_t k, const int8_t *q8, const uint32_t *bits,
                                const int4 *records, int sms)
 {

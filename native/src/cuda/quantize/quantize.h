@@ -11,9 +11,9 @@
 #include "common/errors.h"
 
 // Quantises x[m][k] (x_dtype) into scales/sums and, unless NULL, q8 (pq2.h); when bits is not
-// NULL also the bit-sliced copy (codes.cuh; m * k/128 * PQ2_BITS_GROUP_WORDS words), when records
-// is not NULL (m <= 8) the token-constant records. sms: the device's multiprocessors
-// (they pick the tasks per warp of the kernel above m = 16).
+// NULL also the bit-sliced copy (device/codes.cuh; m * k/128 * PQ2_BITS_GROUP_WORDS words), when
+// records is not NULL (m <= 8) the token-constant records. sms: the device's multiprocessors (they
+// pick the tasks per warp of the kernel above m = 16).
 pq2_status pq2_quantize_launch(const char *fn, const void *x, int32_t x_dtype, int64_t m, int64_t k,
                                int8_t *q8, float *scales, int32_t *sums, uint32_t *bits,
                                int4 *records, uint32_t *zero, int32_t n_zero, bool pdl, int sms,

@@ -8,9 +8,9 @@
 
 #include <algorithm>
 
-#include "dtypes.cuh"
-#include "launch.cuh"
-#include "ptx.cuh"
+#include "device/dtypes.cuh"
+#include "device/launch.cuh"
+#include "device/ptx.cuh"
 #include "quantize/q8_group.cuh"
 #include "rotate/hadamard.cuh"
 #include "rotate/rotate.h"
@@ -160,8 +160,8 @@ __device__ __forceinline__ char4 load_signs(const pq2_row_transform &p, int64_t 
 
 // The end of a tile, after its source: the signs, the block Hadamard transform (smem: E floats,
 // still being read on return), the sink (the Q8 operand, or y). The signs come by reference: by
-// value, ptxas scheduled row_transform_kernel differently and it measured 1-2% slower at
-// m >= 512 (tools/bench/NOTES.md, 2026-12-02).
+// value, ptxas schedules row_transform_kernel differently, and slower at large m (NOTES:
+// finish-signs-by-reference).
 template <bool Q8>
 __device__ __forceinline__ void finish(const pq2_row_transform &p, float (&v)[4], const char4 &s,
                                        int64_t row, int64_t e, float *smem, float rsqrt_b)
@@ -188,7 +188,8 @@ template <int MAXT> constexpr int kDefaultDepth = MAXT <= 256 ? 8 : 4;
 // MAXT: the threads of a block at most (E / 4): 256 up to E = 1024, else 1024. DEPTH: the
 // RMSNorm's loads of each of x and the residual in flight (256 threads: 8, a 5120-wide row in one
 // round trip, for grids that fit on the device at once; 2 for larger grids, where 8 would hold
-// 90-104 registers and let fewer blocks share a multiprocessor; 1024 threads: 4).
+// more registers and let fewer blocks share a multiprocessor, NOTES:
+// rmsnorm-two-loads-large-grids; 1024 threads: 4).
 template <int SOURCE, int XD, bool Q8, int MAXT, int DEPTH = kDefaultDepth<MAXT>>
 __global__ void __launch_bounds__(MAXT)
     row_transform_kernel(const pq2_row_transform p, int32_t tiles, float rsqrt_b)
@@ -318,8 +319,8 @@ transform_fn norm_row_kernel_for(int32_t x_dtype)
 
 // Whether the RMSNorm producer runs a block per row (norm_row_kernel): rows of 2 to kRowTiles
 // tiles of 1024 (one tile gains nothing, and smaller blocks at two per multiprocessor leave it
-// half empty), at least two rows per multiprocessor (its 128 registers a thread let two blocks
-// share one; with fewer rows a block per tile fills the device better).
+// half empty), at least two rows per multiprocessor (its registers let two blocks share one;
+// with fewer rows a block per tile fills the device better: NOTES: norm-row-kernel).
 bool norm_by_rows(const pq2_row_transform &t, int64_t e, int64_t tiles, int sms)
 {
     return t.source == PQ2_SOURCE_NORM && t.y == nullptr && e == 1024 && tiles >= 2 &&
@@ -341,8 +342,9 @@ pq2_status pq2_row_transform_launch(const char *fn, const pq2_row_transform &t, 
 {
     const int64_t e = pq2_row_tile(t.width, t.log2b), tiles = t.width / e;
     const bool q8 = t.y == nullptr;  // no y: a Q8 sink
-    // blocks of the 8-deep RMSNorm kernel (90-104 registers a thread by dtype; 100 taken for all)
-    // a multiprocessor holds
+    // blocks of the 8-deep RMSNorm kernel a multiprocessor holds, taking its registers a thread
+    // as 100 for every dtype (an estimate, NOTES: producers-evidence; today's counts:
+    // tools/kernel_report/ptxas_report.py)
     const int64_t per_sm = std::min<int64_t>(32, std::max<int64_t>(1, 65536 / (100 * (e / 4))));
     const bool large = t.m * tiles > per_sm * sms;
     if (t.m * tiles > INT32_MAX)

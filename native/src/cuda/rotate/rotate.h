@@ -2,7 +2,7 @@
 // row of m, a source (activations; residual add + RMSNorm; SwiGLU; the gdn_v_grouped
 // permutation; or rows of a PQ2_0 matrix), then the signs and the block Hadamard transform,
 // then a sink (dense output or the matmul's Q8 operand). One launcher; arguments validated by
-// the caller (api_rotate.cu).
+// the caller (api/rotate.cu, api/get_rows_dequantize.cu).
 #pragma once
 
 #include <cuda_runtime.h>

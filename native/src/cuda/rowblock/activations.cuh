@@ -3,8 +3,8 @@
 // constants staged in shared memory at m > 8) and the per-lane constants of the m <= 2 cores.
 #pragma once
 
-#include "codes.cuh"
-#include "ptx.cuh"
+#include "device/codes.cuh"
+#include "device/ptx.cuh"
 #include "rowblock/problem.cuh"
 
 // Per-lane activation addressing: B fragments of token min(nt*8+gid, m-1) and the scales and
@@ -14,8 +14,7 @@ template <int NT, int NJ> struct act_ptrs {
     const int8_t *q[NT];  // + tq*8
     const float *xs;      // m == 1: the token's scales and sums, [g]
     const int32_t *sums;
-    const int4
-        *rec;  // 2 <= m <= 8: the token-constant records (codes.cuh), [g][pair] + the lane's pair
+    const int4 *rec;  // 2 <= m <= 8: token records (device/codes.cuh), [g][pair] + the lane's pair
     const uint4 *xb;  // bit slices (m == 1): the token's, + gid*4 + tq
     uint32_t tc;  // m > 8: shared address of the warp's token constants (stage_token_consts), + tq
     int g0;       // group of unit index 0 relative to the pointers (act_setup)
@@ -82,8 +81,8 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_rowblock_problem
     const int gid = lane >> 2, tq = lane & 3;
     act_ptrs<NT, NJ> A;
     // m <= 2: the pointers start at g_begin (unsigned unit indices: one multiply-add per
-    // address). Otherwise at group 0, and units add g0 = g_begin (measured: starting those at
-    // g_begin makes ptxas spill or take more registers in several m > 2 instances).
+    // address). Otherwise at group 0, and units add g0 = g_begin (starting those at g_begin
+    // makes ptxas spill or take more registers in several m > 2 instances).
     A.g0 = TOKS <= 2 ? 0 : g_begin;
     if (TOKS > 2) g_begin = 0;
     if constexpr (TOKS == 1)
@@ -116,8 +115,8 @@ __device__ __forceinline__ act_ptrs<NT, NJ> act_setup(const pq2_rowblock_problem
 // -64 sum(q'), xs / 64, xs' / 64} (the C starts as int bits), in the units of core_tokens16's
 // integers (64 dot(code - 1, q)): the same exact products as the global loads gave (powers of
 // two). Lane tq of token block nt then reads record nt * 4 + tq of its unit with one 16-byte
-// shared load instead of four global loads and their 64-bit address arithmetic (469 -> 363
-// instructions per two units at tiles rt 2 U 2, 114 -> 99 registers). Shared memory:
+// shared load instead of four global loads and their 64-bit address arithmetic (fewer
+// instructions and registers: NOTES: m9-16-top-bit-planes-staged-constants). Shared memory:
 // tc_cap units per warp (rowblock/launch.cu), after the reduction buffer (or the ring).
 template <int TOKS>
 __device__ __forceinline__ void stage_token_consts(const pq2_rowblock_problem &p, int G,

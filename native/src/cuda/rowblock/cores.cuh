@@ -12,8 +12,8 @@
 
 #include <cuda_fp16.h>
 
-#include "codes.cuh"
-#include "ptx.cuh"
+#include "device/codes.cuh"
+#include "device/ptx.cuh"
 #include "rowblock/activations.cuh"
 #include "rowblock/sources.cuh"
 
@@ -28,13 +28,14 @@ __device__ __forceinline__ void mma_planes_chained(int (&d)[4], const uint32_t (
     pq2_mma_u8s8(d, a[3], b[3].x, b[3].y, d);
 }
 
-// m == 1, "bit slices": B column b is bit plane b of the token's q8 (codes.cuh), and the A operand
-// is the lane's 16 code bytes as loaded, read as 256 bits per row: one AND-POPC MMA against B1
-// (both bits of each code meet the activation bit) plus one against B2 (the high bit again) gives
-// sum(code * bit b of q) for all eight b, exact, with no masks. Lane tq combines its two bit
+// m == 1, "bit slices": B column b is bit plane b of the token's q8 (device/codes.cuh), and the A
+// operand is the lane's 16 code bytes as loaded, read as 256 bits per row: one AND-POPC MMA against
+// B1 (both bits of each code meet the activation bit) plus one against B2 (the high bit again)
+// gives sum(code * bit b of q) for all eight b, exact, with no masks. Lane tq combines its two bit
 // planes (f2); its float accumulators take 4^-tq of the row's dot(code - 1, q), and reduce_store
-// scales lane tq by 4^tq and adds the four lanes. (m == 2 the same way needs two B operands and 60
-// registers instead of 56, which costs gate_up a second wave of blocks.)
+// scales lane tq by 4^tq and adds the four lanes. (m == 2 the same way needs two B operands and
+// more registers, which costs gate_up a second wave of blocks: NOTES:
+// m1-bit-slices-m2-column-planes.)
 template <int RS>
 __device__ __forceinline__ void core_bit_slices(const uint4 (&w)[RS], const uint32_t (&sc)[RS],
                                                 int g, const act_ptrs<1, 1> &A, lane_consts<1> &lc,
@@ -111,8 +112,8 @@ __device__ __forceinline__ void core_tokens8(const uint4 (&w)[RS], const uint32_
         for (int s = 0; s < 4; ++s)
             bq[nt][s] = __ldg(reinterpret_cast<const uint2 *>(A.q[nt] + ug * 128u + s * 32));
         // The lane's token pair from its record. The integers below are 64 (rt 1) or 4 (rt >= 2)
-        // times dot(code - 1, q). (Staging these in shared memory as at m > 8 measured 1-3% slower
-        // at M = 4 and within 2% at M = 8.)
+        // times dot(code - 1, q). (Staging these in shared memory as at m > 8 does not pay at
+        // m <= 8: NOTES: m9-16-top-bit-planes-staged-constants.)
         const int4 rc = __ldg(A.rec + ug * PQ2_TC_PAIRS);
         const float f = RS == 1 ? 1.0f / 64.0f : 1.0f / 4.0f;
         xs[nt][0] = __int_as_float(rc.z) * f, xs[nt][1] = __int_as_float(rc.w) * f;
@@ -124,7 +125,8 @@ __device__ __forceinline__ void core_tokens8(const uint4 (&w)[RS], const uint32_
         if constexpr (RS == 1) {
             // rt 1: four independent plane MMAs from zero, combined with three shift-adds per C
             // register and -64 * sum(q) added. (The two chains below leave one sub-tile per unit
-            // too little independent work: 7-25% slower on tiles rt 1 at M = 4 and 8.)
+            // too little independent work: slower on tiles rt 1, NOTES:
+            // m3-8-two-chains-records-coarse-rows.)
             uint32_t a[4][4];
             plane_fragments<false>(w[r], a);
             const int zero[4] = {0, 0, 0, 0};
@@ -147,7 +149,7 @@ __device__ __forceinline__ void core_tokens8(const uint4 (&w)[RS], const uint32_
             // -sum(q)), d13 = 4 (dot1 + dot3), and 4 d02 + d13 = 4 dot(code - 1, q) with one
             // shift-add per C register instead of four: 8 fewer instructions per sub-tile. The same
             // float result as the rt 1 form (both integers exact, their scales exact powers of two
-            // apart). At m > 8 this form needs 8 more C registers and spills.
+            // apart). At m > 8 this form needs a second set of C registers and spills.
             uint32_t a0[4], a1[4], a2[4], a3[4];
             const uint32_t wv[4] = {w[r].x, w[r].y, w[r].z, w[r].w};
 #pragma unroll

@@ -87,9 +87,9 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_rowblock_proble
             // m == 1, batches of 2-4 units: running pointers (src's weights and the three
             // activation streams advance one batch per iteration; src is rebuilt for a persistent
             // grid's next row block), batch 0 already loaded, each later batch loaded right after
-            // the previous compute: fewer instructions, and 106 -> 85 registers at U 4. Not at
-            // U 1, where ptxas then hoists the next unit's first load into this unit's compute
-            // and the kernel gets slower, nor for split grids (more registers).
+            // the previous compute: fewer instructions and registers. Not at U 1, where ptxas
+            // then hoists the next unit's first load into this unit's compute and the kernel gets
+            // slower (NOTES: m1-loads-at-iteration-top), nor for split grids (more registers).
             // m <= 8 (token class 8) takes it at U 2 on the rows grid only: persistent grids
             // gain registers with it and U 4 spills.
             act_ptrs<NT, NJ> a = A;
@@ -102,12 +102,13 @@ __global__ void __launch_bounds__(512) rowblock_kernel(const pq2_rowblock_proble
             }
         } else if constexpr (STAGES == 1 && LAYOUT == PQ2_LAYOUT_TILES && TOKS == 1 && U == 1 &&
                              RS > 1 && GRID != PQ2_GRID_SPLIT) {
-            // m == 1, one unit per batch: running pointers too, but each unit's loads stay at the
-            // top of its own iteration (the i > 0 test keeps ptxas from hoisting them into the
-            // previous unit's compute, measured slower): 111 -> 101 instructions per
-            // unit, 50 -> 56 registers. Advancing the weight pointers after the compute as well
-            // saves 4 more but was 1-2% slower in an A/B. Not for m == 2, where
-            // gate_up lost 7%, nor rt 1 (ptxas then spills).
+            // m == 1, one unit per batch: running pointers too (fewer instructions per unit, a
+            // few more registers), but each unit's loads stay at the top of its own iteration:
+            // the i > 0 test keeps ptxas from hoisting them into the previous unit's compute,
+            // which is slower (NOTES: m1-loads-at-iteration-top). Advancing the weight pointers
+            // after the compute as well saves instructions but was slower (NOTES:
+            // rowblock-levers-rejected), and so was this loop at m == 2 (measured:
+            // tools/bench/NOTES.md); not for rt 1 either (ptxas then spills).
             act_ptrs<NT, NJ> a = A;
             for (int i = 0; i < len; ++i) {
                 if (i > 0) {

@@ -1,7 +1,7 @@
 // launch.cu - the row-block family's host side (rowblock.h): finds the compiled kernel of a
 // configuration in the per-token-class tables, checks configurations, sizes grids, shared memory
 // and workspace, sets the kernels' attributes once per device, launches.
-#include "launch.cuh"
+#include "device/launch.cuh"
 #include "rowblock/kernel_table.h"
 #include "rowblock/kernels.cuh"
 #include "rowblock/rowblock.h"

@@ -35,14 +35,14 @@ static inline int pq2_rowblock_tokens_class(int64_t m)
     return m <= 2 ? (int)m : m <= 8 ? 8 : 16;
 }
 
-// True when the kernel reads the bit-sliced activations (codes.cuh): m == 1.
+// True when the kernel reads the bit-sliced activations (device/codes.cuh): m == 1.
 static inline bool pq2_rowblock_needs_bits(int64_t m)
 {
     return m == 1;
 }
 
-// True when the kernel reads the token-constant records (codes.cuh): 2 <= m <= 8. Lane tq of a
-// warp needs record pair tq (m == 2: pair 0) of each unit's group: one 16-byte load instead of
+// True when the kernel reads the token-constant records (device/codes.cuh): 2 <= m <= 8. Lane tq of
+// a warp needs record pair tq (m == 2: pair 0) of each unit's group: one 16-byte load instead of
 // four loads and their address arithmetic.
 static inline bool pq2_rowblock_needs_records(int64_t m)
 {

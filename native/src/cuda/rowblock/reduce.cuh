@@ -4,8 +4,8 @@
 // never depend on timing.
 #pragma once
 
-#include "arrival.cuh"
-#include "dtypes.cuh"
+#include "device/arrival.cuh"
+#include "device/dtypes.cuh"
 #include "rowblock/problem.cuh"
 
 // The last contributor to a split row block rb (rows of tr = 16*rt): adds the partial sums of its

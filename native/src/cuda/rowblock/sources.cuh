@@ -6,7 +6,7 @@
 
 #include <type_traits>
 
-#include "ptx.cuh"
+#include "device/ptx.cuh"
 #include "rowblock/problem.cuh"
 
 // The weight bytes of up to U units for one lane: per sub-tile its 16 code bytes as the four

@@ -1,14 +1,15 @@
-// api.cu - the CUDA entry points of the matmul and the quantiser (pq2.h): argument checks, the
+// matmul.cu - the CUDA entry points of the matmul and the quantiser (pq2.h): argument checks, the
 // choice of configuration, workspace carving, and the launches (quantize/, rowblock/, gemm/). The
-// dispatcher's table is select.cu; the rest of the weight path is api_rotate.cu.
-#include "codes.cuh"
-#include "device.h"
-#include "dtypes.cuh"
+// dispatcher's table is dispatch/select.cu; the rest of the weight path is api/rotate.cu and
+// api/get_rows_dequantize.cu.
+#include "device/codes.cuh"
+#include "device/device.h"
+#include "device/dtypes.cuh"
+#include "device/launch.cuh"
+#include "dispatch/select.h"
 #include "gemm/gemm.h"
-#include "launch.cuh"
 #include "quantize/quantize.h"
 #include "rowblock/rowblock.h"
-#include "select.h"
 
 namespace {
 
@@ -27,7 +28,7 @@ bool is_gemm(const pq2_matmul_config &cfg)
     return cfg.family == PQ2_FAMILY_GEMM || cfg.family == PQ2_FAMILY_GEMM_SM90;
 }
 
-// The operands the row-block kernels read besides the Q8 (codes.cuh): bit slices at m == 1,
+// The operands the row-block kernels read besides the Q8 (device/codes.cuh): bit slices at m == 1,
 // token-constant records at 2 <= m <= 8.
 bool needs_bits(const pq2_matmul_config &cfg, int64_t m)
 {

@@ -1,11 +1,11 @@
 // device.cu - per-device facts and one-time setup (device.h).
 #include <atomic>
 
-#include "device.h"
+#include "device/device.h"
+#include "device/launch.cuh"
+#include "dispatch/select.h"
 #include "gemm/gemm.h"
-#include "launch.cuh"
 #include "rowblock/rowblock.h"
-#include "select.h"
 
 namespace {
 

@@ -1,11 +1,11 @@
-// api_rotate.cu - the CUDA entry points of the rest of the weight path (pq2.h): the rotation,
-// the fused producers of the Q8 operand, rows of a weight matrix and dequantisation. Each checks
-// its arguments, then fills one row transform (rotate/rotate.h) and launches it; dequantisation
-// has a kernel of its own (dequantize/dequantize.h).
-#include "device.h"
-#include "dequantize/dequantize.h"
-#include "dtypes.cuh"
-#include "launch.cuh"
+// rotate.cu - the CUDA entry points of the rotation and the fused producers of the Q8
+// operand (pq2.h). Each checks its arguments, then fills one row transform (rotate/rotate.h) and
+// launches it. The rotation's check and the launch are shared with api/get_rows_dequantize.cu
+// (api/transform.h).
+#include "api/transform.h"
+#include "device/device.h"
+#include "device/dtypes.cuh"
+#include "device/launch.cuh"
 #include "quantize/quantize.h"
 #include "rotate/rotate.h"
 
@@ -21,9 +21,32 @@ pq2_status check_rows(const char *fn, int64_t m, int64_t width)
     return PQ2_OK;
 }
 
-// The rotation of a width (NULL: none) into t.log2b and t.signs.
-pq2_status set_rotation(const char *fn, const pq2_rotation *rot, int64_t width,
-                        pq2_row_transform *t)
+// A producer's common part: sizes, rotation, the Q8 operand; the source is the caller's.
+pq2_status begin_producer(const char *fn, int32_t dtype, int64_t m, int64_t width,
+                          const pq2_rotation *rot, const pq2_q8 *out, pq2_row_transform *t)
+{
+    *t = pq2_row_transform{};
+    PQ2_CHECK(pq2_check_dtype(fn, "dtype", dtype));
+    PQ2_CHECK(check_rows(fn, m, width));
+    PQ2_CHECK(pq2_api_set_rotation(fn, rot, width, t));
+    pq2_q8_sink o;
+    PQ2_CHECK(pq2_q8_resolve(fn, "out", out, m, width, &o));
+    t->q8 = o.q8, t->scales = o.scales, t->sums = o.sums, t->bits = o.bits, t->records = o.records;
+    t->x_dtype = dtype, t->m = m, t->width = width, t->ld = width;
+    return PQ2_OK;
+}
+
+bool overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
+{
+    const uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
+    return a && b && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
+}
+
+}  // namespace
+
+// api/transform.h
+pq2_status pq2_api_set_rotation(const char *fn, const pq2_rotation *rot, int64_t width,
+                                pq2_row_transform *t)
 {
     t->log2b = 0, t->signs = nullptr;
     if (rot == nullptr) return PQ2_OK;
@@ -41,23 +64,8 @@ pq2_status set_rotation(const char *fn, const pq2_rotation *rot, int64_t width,
     return PQ2_OK;
 }
 
-// A producer's common part: sizes, rotation, the Q8 operand; the source is the caller's.
-pq2_status begin_producer(const char *fn, int32_t dtype, int64_t m, int64_t width,
-                          const pq2_rotation *rot, const pq2_q8 *out, pq2_row_transform *t)
-{
-    *t = pq2_row_transform{};
-    PQ2_CHECK(pq2_check_dtype(fn, "dtype", dtype));
-    PQ2_CHECK(check_rows(fn, m, width));
-    PQ2_CHECK(set_rotation(fn, rot, width, t));
-    pq2_q8_sink o;
-    PQ2_CHECK(pq2_q8_resolve(fn, "out", out, m, width, &o));
-    t->q8 = o.q8, t->scales = o.scales, t->sums = o.sums, t->bits = o.bits, t->records = o.records;
-    t->x_dtype = dtype, t->m = m, t->width = width, t->ld = width;
-    return PQ2_OK;
-}
-
-// The device check (its one-time setup on first use) and the launch.
-pq2_status launch(const char *fn, const pq2_row_transform &t, void *stream)
+// api/transform.h
+pq2_status pq2_api_launch_transform(const char *fn, const pq2_row_transform &t, void *stream)
 {
     pq2_device dev;
     PQ2_CHECK(pq2_device_get(fn, &dev));
@@ -65,14 +73,6 @@ pq2_status launch(const char *fn, const pq2_row_transform &t, void *stream)
         pq2_row_transform_launch(fn, t, pq2_pdl_ok(), dev.sms, static_cast<cudaStream_t>(stream)));
     return pq2_ok();
 }
-
-bool overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
-{
-    const uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
-    return a && b && a0 < b0 + b_bytes && b0 < a0 + a_bytes;
-}
-
-}  // namespace
 
 extern "C" PQ2_API pq2_status pq2_rotate_cuda(const void *x, int32_t x_dtype, void *y,
                                               int32_t y_dtype, int64_t m, int64_t width,
@@ -98,11 +98,11 @@ extern "C" PQ2_API pq2_status pq2_rotate_cuda(const void *x, int32_t x_dtype, vo
             "%s: x %p and y %p overlap; only y == x with the same dtype rotates in place", fn, x,
             y);
     pq2_row_transform t{};
-    PQ2_CHECK(set_rotation(fn, rot, width, &t));
+    PQ2_CHECK(pq2_api_set_rotation(fn, rot, width, &t));
     t.source = PQ2_SOURCE_PLAIN, t.x = x, t.x_dtype = x_dtype, t.ld = width,
     t.inverse = flags & PQ2_ROTATE_INVERSE;
     t.y = y, t.y_dtype = y_dtype, t.m = m, t.width = width;
-    return launch(fn, t, stream);
+    return pq2_api_launch_transform(fn, t, stream);
 }
 
 extern "C" PQ2_API pq2_status pq2_norm_rotate_q8_cuda(
@@ -135,7 +135,7 @@ extern "C" PQ2_API pq2_status pq2_norm_rotate_q8_cuda(
     t.source = PQ2_SOURCE_NORM, t.x = x, t.residual = residual, t.h_out = h_out;
     t.norm_weight = norm_weight, t.norm_dtype = norm_dtype, t.eps = eps;
     t.normed = normed, t.normed_dtype = normed_dtype;
-    return launch(fn, t, stream);
+    return pq2_api_launch_transform(fn, t, stream);
 }
 
 extern "C" PQ2_API pq2_status pq2_swiglu_rotate_q8_cuda(const void *gate, const void *up,
@@ -154,7 +154,7 @@ extern "C" PQ2_API pq2_status pq2_swiglu_rotate_q8_cuda(const void *gate, const 
     PQ2_CHECK_ALIGN(fn, gate, 16);
     PQ2_CHECK_ALIGN(fn, up, 16);
     t.source = PQ2_SOURCE_SWIGLU, t.x = gate, t.x2 = up, t.ld = ld;
-    return launch(fn, t, stream);
+    return pq2_api_launch_transform(fn, t, stream);
 }
 
 extern "C" PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, int64_t m,
@@ -176,42 +176,5 @@ extern "C" PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, i
             "k_heads, width / v_heads a multiple of 4 and width <= 2^31 - 1 (v_heads 0: none)",
             fn, (int)v_heads, (int)k_heads, (long long)width);
     t.source = PQ2_SOURCE_PERMUTE, t.x = x, t.nv = v_heads, t.nk = k_heads;
-    return launch(fn, t, stream);
-}
-
-extern "C" PQ2_API pq2_status pq2_get_rows_cuda(const pq2_weights *w, const int32_t *ids,
-                                                int64_t n_ids, void *out, int32_t out_dtype,
-                                                const pq2_rotation *rot, void *stream)
-{
-    static const char fn[] = "pq2_get_rows_cuda";
-    pq2_row_transform t{};
-    PQ2_CHECK(pq2_view_of_weights(&t.w, fn, "", w));
-    PQ2_CHECK_ALIGN(fn, w->data, 16);
-    PQ2_CHECK_PTR(fn, ids);
-    PQ2_CHECK_PTR(fn, out);
-    PQ2_CHECK(pq2_check_dtype(fn, "out_dtype", out_dtype));
-    if (n_ids <= 0)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: n_ids=%lld must be > 0", fn, (long long)n_ids);
-    PQ2_CHECK_ALIGN(fn, ids, 4);
-    PQ2_CHECK_ALIGN(fn, out, 16);
-    PQ2_CHECK(set_rotation(fn, rot, t.w.k, &t));
-    t.source = PQ2_SOURCE_WEIGHTS, t.ids = ids, t.inverse = 1;
-    t.y = out, t.y_dtype = out_dtype, t.m = n_ids, t.width = t.w.k;
-    return launch(fn, t, stream);
-}
-
-extern "C" PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *out,
-                                                  int32_t out_dtype, void *stream)
-{
-    static const char fn[] = "pq2_dequantize_cuda";
-    pq2_view v;
-    PQ2_CHECK(pq2_view_of_weights(&v, fn, "", w));
-    PQ2_CHECK_ALIGN(fn, w->data, 16);
-    PQ2_CHECK_PTR(fn, out);
-    PQ2_CHECK(pq2_check_dtype(fn, "out_dtype", out_dtype));
-    PQ2_CHECK_ALIGN(fn, out, 16);
-    pq2_device dev;
-    PQ2_CHECK(pq2_device_get(fn, &dev));
-    PQ2_CHECK(pq2_dequantize_launch(fn, v, out, out_dtype, static_cast<cudaStream_t>(stream)));
-    return pq2_ok();
+    return pq2_api_launch_transform(fn, t, stream);
 }

@@ -2,9 +2,9 @@
 // compiled kernel list rowblock/instances.inc is derived from it (tools/tune/instances.py).
 #include <cmath>
 
+#include "dispatch/select.h"
 #include "gemm/gemm.h"
 #include "rowblock/rowblock.h"
-#include "select.h"
 
 namespace {
 
@@ -26,7 +26,7 @@ struct tuned_entry {
     {layout, m_max,     n,                                                                     \
      k,      layout_rt, {family, row_subtiles, tokens, warps, unroll, stages, blocks, splits}},
 const tuned_entry kTable[] = {
-#include "tuned_configs.inc"
+#include "dispatch/tuned_configs.inc"
 };
 #undef PQ2_TUNED
 #undef ROWBLOCK
@@ -54,7 +54,7 @@ const tuned_entry *lookup(int32_t layout, int32_t layout_rt, int64_t n, int64_t 
 
 // For a shape the table does not list, at m <= kNearestMaxM: the first entry serving m of the
 // listed shape nearest (n, k), by |log2(n / n_e)| + |log2(k / k_e)|; NULL when none serves m.
-// Above m = 8 the fallback lines measured faster (tools/bench/NOTES.md).
+// Above m = 8 the fallback lines are faster (NOTES: nearest-tuned-shape).
 constexpr int64_t kNearestMaxM = 8;
 
 const tuned_entry *nearest(int32_t layout, int32_t layout_rt, int64_t n, int64_t k, int64_t m,

@@ -121,7 +121,7 @@ __device__ __forceinline__ void pq2_mma_u8s8(int (&d)[4], const uint32_t (&a)[4]
 }
 
 // D = A(16x256 b1, row) AND-POPC B(256x8 b1, col) + C: d[i][j] += popc(A row i & B column j),
-// int32 exact. The bit-sliced decode core (m == 1, decode_rowblock.cu) reads the lane's 16 code
+// int32 exact. The bit-sliced core (m == 1, rowblock/cores.cuh) reads the lane's 16 code
 // bytes of a sub-tile as A unchanged: bit 2s+e of code byte b is bit e of weight 4b+s's code.
 __device__ __forceinline__ void pq2_bmma_and_popc(int (&d)[4], const uint32_t (&a)[4], uint32_t b0,
                                                   uint32_t b1, const int (&c)[4])
