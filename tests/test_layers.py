@@ -3,7 +3,7 @@ imports in a circle (at module level or inside functions), so each can be read, 
 after the ones it uses.
 
 The wings, lowest first (a module may import its own wing and any lower layer):
-  0  errors, interrupts, atomic, and the package's __init__
+  0  errors, interrupts, atomic, keyvalues, and the package's __init__
   1  spec (formats, layouts, references)    text (tokenizer, chat template, sampling)
   2  lib (the native library, its CPU and CUDA halves, torch operators)
   3  gguf (reading and writing files, pyq2's keys, a file's contents)
@@ -23,6 +23,7 @@ LAYERS = {
     "errors": 0,
     "interrupts": 0,
     "atomic": 0,
+    "keyvalues": 0,
     "__init__": 0,
     "_cdef": 0,
     "spec": 1,

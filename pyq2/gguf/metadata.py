@@ -52,11 +52,12 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from gguf import GGUFValueType
 
 from ..errors import FormatError
+from ..keyvalues import KeyValues
 from ..spec import layouts
 from ..spec.formats import PQ2_BLOCK_WEIGHTS
 from .splits import Split
@@ -101,16 +102,6 @@ class Member:
     row0: int
     rows: int
     position: int  # its index in the original file's tensor list
-
-
-class KeyValues(Protocol):
-    """What weight_info reads from a file (pyq2.gguf.io.GGUFFile)."""
-
-    path: str
-
-    def has(self, key: str) -> bool: ...
-
-    def value(self, key: str, default: Any = None) -> Any: ...
 
 
 def tensor_key(tensor_name: str, attr: str) -> str:

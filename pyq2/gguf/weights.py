@@ -31,6 +31,9 @@ CONVERT_CHUNK = 16 << 20  # raw PQ2_0 bytes of a weight converted at a time
 BACKENDS = ("auto", "native", "numpy")
 
 
+Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, tensor name)
+
+
 class Backend:
     """The conversions between stored weights and raw PQ2_0 blocks, from libpq2 or numpy.
 

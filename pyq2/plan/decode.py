@@ -18,9 +18,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Protocol
 
 from ..errors import FormatError
+from ..keyvalues import Keys, KeyValues
 
 ARCHITECTURES = ("qwen35",)
 
@@ -53,13 +53,6 @@ RECURRENT_TENSORS = (
     "ssm_norm.weight",
 )
 _LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
-
-
-class Keys(dict):
-    """Metadata keys held in a dict, read as a file's are (`value(key, default)`)."""
-
-    def value(self, key: str, default: Any = None) -> Any:
-        return self.get(key, default)
 
 
 @dataclass(frozen=True)
@@ -173,10 +166,6 @@ PRESETS = {
     "bonsai-2-27b": Dims(64, 5120, 17408, 248320, 24, 4, 256, 48, 16, 128, 4),
     "tiny": Dims(2, 256, 768, 1024, 4, 1, 64, 4, 2, 64, 2),
 }
-
-
-class KeyValues(Protocol):
-    def value(self, key: str, default: Any = None) -> Any: ...
 
 
 @dataclass(frozen=True)

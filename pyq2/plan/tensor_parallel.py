@@ -41,9 +41,10 @@ import numpy as np
 
 from ..errors import FormatError
 from ..gguf.splits import Range, Split
+from ..keyvalues import KeyValues
 from ..spec.formats import PQ2_BLOCK_WEIGHTS
 from ..spec.rotation import Rotation
-from .decode import KeyValues, Plan
+from .decode import Plan
 
 HEAD_ROWS_UNIT = 64  # the output head's vocabulary rows go out in multiples of this (whole tiles)
 

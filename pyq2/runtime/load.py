@@ -43,14 +43,13 @@ from ..gguf.io import Tensor
 from ..gguf.metadata import Member
 from ..gguf.splits import Split
 from ..gguf.types import DENSE_TYPES, type_name
+from ..gguf.weights import Progress
 from ..lib.cuda import DeviceRotation, PQ2Weights
 from ..lib.optional import require_torch
 from ..plan.decode import PRESETS, Dims, Plan, decode_plan
 from ..plan.tensor_parallel import head_rows, rank_signs, shard_plan
 from ..spec import formats, layouts
 from ..spec.rotation import Rotation
-
-Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, tensor name)
 
 
 @dataclass(frozen=True)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
 from ..errors import FormatError
+from ..keyvalues import KeyValues
 
 PREFIX = "prism.hadamard."
 VERSIONS = (1, 2)
@@ -24,12 +25,6 @@ TRANSFORM = "normalized-sylvester-walsh-hadamard"
 AXIS = "input-last-dimension"
 SIGN_MODES = ("identity", "explicit")
 MIN_BLOCK, MAX_BLOCK = 64, 4096
-
-
-class KeyValues(Protocol):
-    """What the contract is read from: GGUFFile, or a dict in tests."""
-
-    def value(self, key: str, default: Any = None) -> Any: ...
 
 
 @dataclass(frozen=True)
