@@ -1,7 +1,8 @@
 """The host examples of README.md and docs/host-api.md: their code is the code that runs.
 
 - Always (no GPU): README.md holds one Python block (a whole model through pyq2.runtime.step) and
-  docs/host-api.md two (the ctypes excerpt, the torch operators), each valid Python; every line
+  docs/host-api.md three (the ctypes excerpt, the torch operators, generation), each valid Python;
+  the generation block runs the demo model as it stands, its file name replaced; every line
   of the ctypes excerpt is a line of tools/examples/ctypes_host.py, in the file's order ("..."
   marks what the excerpt leaves out; indentation aside).
 - Where a C compiler is found (no GPU): README.md's C block compiles against pq2.h, as the body of
@@ -61,7 +62,8 @@ def code_blocks(path, lang: str) -> list[str]:
 
 
 def host_blocks() -> dict[str, str]:
-    """The ```python blocks by role: "step" (README.md's), "ctypes" and "torch" (host-api.md's)."""
+    """The ```python blocks by role: "step" (README.md's), "ctypes", "torch" and "generate"
+    (host-api.md's)."""
     steps = [b for b in code_blocks(README, "python") if "DecodeStep(" in b]
     assert len(steps) == 1, f"README.md has {len(steps)} Python blocks with a DecodeStep, not 1"
     roles = {"step": steps[0]}
@@ -73,6 +75,8 @@ def host_blocks() -> dict[str, str]:
             if "lib.pq2_" in block
             else "torch"
             if "PQ2Linear" in block
+            else "generate"
+            if "open_model(" in block
             else None
         )
         assert role is not None and role not in roles, f"an unexpected block:\n{block}"
@@ -80,9 +84,9 @@ def host_blocks() -> dict[str, str]:
     return roles
 
 
-def test_the_examples_are_three_blocks_of_valid_python():
+def test_the_examples_are_four_blocks_of_valid_python():
     blocks = host_blocks()
-    assert sorted(blocks) == ["ctypes", "step", "torch"]
+    assert sorted(blocks) == ["ctypes", "generate", "step", "torch"]
     for role, block in blocks.items():
         compile(block, f"host example ({role})", "exec")
     assert MODEL_PATH in blocks["step"]
@@ -174,3 +178,13 @@ def test_the_torch_block_runs_on_a_demo_weight(demo_gguf, demo_unfolded):
     model = load(demo_gguf)
     loaded = PQ2Linear.from_weights(model.weights[name].matrix, model.rotation_for(k))
     assert torch.equal(y, loaded(x)), "host-api's module and the loaded model's differ"
+
+
+def test_the_generate_block_runs_the_demo_model(demo_gguf, capsys):
+    """host-api.md's whole-model block, its file name replaced by the demo model's: it prints the
+    text generate() returns (on the CPU here, the GPU where there is one)."""
+    block = host_blocks()["generate"]
+    assert MODEL_PATH in block
+    exec(compile(block.replace(MODEL_PATH, repr(str(demo_gguf))), "host-api.md", "exec"), {})
+    printed = capsys.readouterr().out
+    assert printed.endswith("\n") and len(printed) > 1
