@@ -221,8 +221,32 @@ def _cmd_verify(args) -> int:
 def _cmd_demo(args) -> int:
     from .offline.demo import run_demo
 
-    res = run_demo(args.output, keep=args.keep)
+    res = run_demo(args.output, keep=args.keep, then=_demo_generate)
     return 0 if res["verify"].ok else 1
+
+
+DEMO_PROMPT = "The ship came back"
+
+
+def _demo_generate(res: dict) -> None:
+    """The end of `pyq2 demo`: a few greedy tokens from the repacked demo model, on the GPU where
+    there is one, else on the CPU, saying which ran."""
+    from .runtime.generate import Options, Timings, encode_prompts, generate
+    from .runtime.open_model import open_model
+
+    model = open_model(res["repacked"], context=256)
+    opts = Options(max_tokens=16)
+    ids = encode_prompts(model.tokenizer, [DEMO_PROMPT], opts, None)
+    timings = Timings()
+    seq = generate(model.backend, model.tokenizer, ids, opts, timings=timings)[0]
+    print(f"\ngenerate ({timings.backend}), greedy, 16 tokens of a random model:")
+    print(f"  {DEMO_PROMPT!r} -> {seq.text!r}")
+    d = timings.as_dict()
+    print(
+        f"  prompt {d['prompt_tokens_per_s']:.0f} tokens/s, decode {d['decode_tokens_per_s']:.0f} "
+        f"tokens/s, first token after {d['time_to_first_token_s'] * 1e3:.1f} ms"
+    )
+    res["generated"] = seq
 
 
 def _cmd_bench(args) -> int:

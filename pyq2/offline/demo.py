@@ -182,20 +182,21 @@ def write_float_twin(src, path) -> Path:
     return Path(path)
 
 
-def run_demo(out_dir=None, echo=print, keep: bool = False) -> dict:
+def run_demo(out_dir=None, echo=print, keep: bool = False, then=None) -> dict:
     """Generate the demo model in out_dir, repack it to tiles, verify, and echo info and the
-    summary. Returns the paths and results.
+    summary; then `then(result)` while the files are there (the command generates text from the
+    repacked file). Returns the paths and results.
 
     Without out_dir the files go to a new temporary directory, removed at the end (the returned
     paths then name removed files) unless `keep`; the last line echoed says which.
     """
     if out_dir is not None:
-        return _demo_in(Path(out_dir), echo)
+        return _demo_in(Path(out_dir), echo, then)
     tmp: str | None = None
     try:
         with interrupts.deferred():
             tmp = tempfile.mkdtemp(prefix="pyq2-demo-")
-        result = _demo_in(Path(tmp), echo)
+        result = _demo_in(Path(tmp), echo, then)
     finally:
         if tmp is not None and not keep:
             with interrupts.deferred():
@@ -207,7 +208,7 @@ def run_demo(out_dir=None, echo=print, keep: bool = False) -> dict:
     return result
 
 
-def _demo_in(out_dir: Path, echo) -> dict:
+def _demo_in(out_dir: Path, echo, then=None) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     model = write_demo_model(out_dir / "demo-bonsai-pq2.gguf")
     echo(f"generated {model} ({model.stat().st_size / 1e6:.2f} MB, seed 0)")
@@ -218,4 +219,7 @@ def _demo_in(out_dir: Path, echo) -> dict:
     echo("")
     echo(summary.line())
     echo(("verify: " if result.ok else "verify FAILED: ") + result.message)
-    return {"model": str(model), "repacked": summary.out_path, "summary": summary, "verify": result}
+    out = {"model": str(model), "repacked": summary.out_path, "summary": summary, "verify": result}
+    if then is not None and result.ok:
+        then(out)
+    return out

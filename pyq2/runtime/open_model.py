@@ -84,5 +84,6 @@ def open_model(
         from .cpu_model import CpuModel
 
         backend = CpuModel(gf, config, ctx)
-        backend.name += f" ({why})" if device == "auto" else ""
+        if device == "auto":
+            backend.name = f"cpu (numpy reference; {why})"
         return OpenModel(backend, tokenizer, template, config, "cpu")

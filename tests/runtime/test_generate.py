@@ -233,3 +233,19 @@ def test_open_model_picks_the_cpu_where_there_is_no_gpu(cpu):
     except ImportError:
         pass
     assert m.device == "cpu" and m.backend.context == 64
+
+
+def test_the_demo_ends_by_generating_and_says_where(tmp_path):
+    p = run_pyq2("demo", "-o", str(tmp_path / "d"))
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("generate ("))
+    where = "gpu" if "generate (gpu" in lines[at] else "cpu"
+    try:
+        import torch
+
+        has_gpu = torch.cuda.is_available()
+    except ImportError:
+        has_gpu = False
+    assert where == ("gpu" if has_gpu else "cpu"), lines[at]
+    assert lines[at + 1].startswith("  'The ship came back' -> ") and "tokens/s" in lines[at + 2]
