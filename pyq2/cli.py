@@ -122,7 +122,7 @@ def _cmd_generate(args) -> int:
         repetition_penalty=args.repeat_penalty,
         seed=args.seed,
     )
-    options = Options(args.n, params, tuple(args.stop), args.chat, args.system)
+    options = Options(args.n, params, tuple(args.stop), args.chat, args.system, args.ignore_eos)
     model = open_model(args.model, device=args.device, context=args.ctx, batch=len(prompts))
     ids = encode_prompts(model.tokenizer, prompts, options, model.chat_template)
     stream = len(prompts) == 1 and not args.json
@@ -331,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--stop", action="append", default=[], metavar="TEXT", help="stop at TEXT (repeatable)"
     )
     gen.add_argument("--chat", action="store_true", help="apply the file's chat template")
+    gen.add_argument("--ignore-eos", action="store_true", help="go on past end-of-sequence tokens")
     gen.add_argument("--system", help="a system message (with --chat)")
     gen.add_argument("--ctx", type=int, help="context length (default: the model's, at most 4096)")
     gen.add_argument(

@@ -43,7 +43,9 @@ ARCH = "qwen35"
 HADAMARD_BLOCK = 128
 
 
-HEAD_SCALE = 0.25  # the output head's weights: logits of a few units on normed rows
+EMBEDDING_SCALE = 0.1  # the residual stream: about twice what the layers add to it
+RANDOM_HEAD_SCALE = 0.25  # head "random": logits of a few units on normed rows
+NEXT_HEAD_SCALE = 0.04  # head "next": the predicted token's logit about 10
 
 
 def _dense_values(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
@@ -90,9 +92,18 @@ def write_demo_model(
     v_heads: int = 4,
     k_heads: int = 2,
     attention_interval: int = 2,
+    head: str = "next",
 ) -> Path:
     """Write the demo model to `path` (same seed and sizes give the same bytes) and return it.
-    Layer i is full attention when (i + 1) % attention_interval == 0, else Gated-DeltaNet."""
+    Layer i is full attention when (i + 1) % attention_interval == 0, else Gated-DeltaNet.
+
+    head "next": the output head's row of token perm(t) is the embedding row of t (perm a fixed
+    random permutation), so the model mostly predicts perm(current token) with a margin far above
+    the Q8 activations' error: greedy decoding is the same on every path. head "random": gaussian
+    rows, logits whose top two are often close (what the logit comparisons want: every part of
+    the model moves them)."""
+    if head not in ("next", "random"):
+        raise ValueError(f"head {head!r} is not 'next' or 'random'")
     dims = Dims(
         n_layers, hidden, ffn, vocab, n_head, n_head_kv, head_dim, v_heads, k_heads, head_dim,
         attention_interval,
@@ -107,9 +118,18 @@ def write_demo_model(
     signs = {w: rng.choice(np.array([-1, 1], np.int32), w) for w in sorted(widths)}
     tensors: list[tuple[OutTensor, np.ndarray]] = []
 
+    floats: dict[str, np.ndarray] = {}
+    perm = rng.permutation(vocab)
+
     def pq2(name, k, n, ptq1=False):
-        # a sharp head (logits of a few units) keeps greedy decoding away from near-ties
-        w = rng.standard_normal((n, k)) * (HEAD_SCALE if name == "output.weight" else 0.02)
+        scale = EMBEDDING_SCALE if name == "token_embd.weight" else 0.02
+        w = rng.standard_normal((n, k)) * scale
+        if name == "output.weight":
+            w = w / scale * RANDOM_HEAD_SCALE
+            if head == "next":  # row perm[t] = the embedding row of t
+                w = np.empty_like(w)
+                w[perm] = floats["token_embd.weight"] * (NEXT_HEAD_SCALE / EMBEDDING_SCALE)
+        floats[name] = w
         # folded weights read rotated activations; the embedding's rows are rotated forward,
         # so that the host's inverse after the lookup gives the float row back
         w = reference.fold(w, HADAMARD_BLOCK, signs[k])

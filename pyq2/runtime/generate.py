@@ -50,6 +50,7 @@ class Options:
     stop: tuple[str, ...] = ()
     chat: bool = False
     system: str | None = None
+    ignore_eos: bool = False  # run on past end-of-sequence tokens (benchmarks, tests)
 
 
 @dataclass
@@ -154,7 +155,7 @@ def generate(
     seqs = [Sequence_(list(p)) for p in prompts]
     decoders = [StreamDecoder(tokenizer, skip_special=True) for _ in seqs]
     stops = [StopChecker(options.stop) for _ in seqs]
-    eos = set(tokenizer.eos_ids)
+    eos = set() if options.ignore_eos else set(tokenizer.eos_ids)
     emit = on_text or (lambda i, s: None)
 
     def accept(i: int, token: int) -> None:

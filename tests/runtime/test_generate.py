@@ -209,6 +209,7 @@ def test_generate_on_the_gpu_without_one_says_why(cpu):
 
 def test_ctrl_c_stops_cleanly_with_the_timings_so_far(cpu):
     cmd = [sys.executable, "-m", "pyq2", "generate", str(cpu[0]), "-p", "The", "-n", "4000"]
+    cmd += ["--ignore-eos"]
     proc = subprocess.Popen(
         [*cmd, "--device", "cpu"],
         stdout=subprocess.PIPE,

@@ -8,10 +8,11 @@ mixers) against two references that read the same model another way:
 
 Teacher-forced logits of a fixed token sequence, the prompt path and then decode steps, agree
 within LOGIT_TOL relative RMS (the bound of Q8 activations through the model: FOLD_TOL per
-projection, measured well under it here), top-1 agrees at TOP1_MIN of the positions or more,
-and a 32-token greedy continuation is the same. The prompt in one chunk, in several and token
-by token gives the same logits within CHUNK_TOL; a batch of sequences gives what each gives
-alone.
+projection, measured well under it here), top-1 agrees at TOP1_MIN of the positions or more
+(the larger model's gaussian head has near-ties on purpose: every part of the model moves its
+logits), and on the demo's sharp head a 32-token greedy continuation is the same. The prompt in one
+chunk, in several and token by token gives the same logits within CHUNK_TOL; a batch of sequences
+gives what each gives alone.
 """
 
 import numpy as np
@@ -40,7 +41,7 @@ CHUNK_TOL = 2e-3  # the same tokens through other chunkings (Q8 rounding of fp32
 # a larger random qwen35 model than the demo: 3 Gated-DeltaNet + 3 attention layers, GQA 6:2
 LARGER = dict(
     n_layers=6, hidden=384, ffn=640, vocab=1024, n_head=6, n_head_kv=2, head_dim=64,
-    v_heads=6, k_heads=3, attention_interval=2,
+    v_heads=6, k_heads=3, attention_interval=2, head="random",
 )  # fmt: skip
 
 
@@ -86,6 +87,10 @@ def test_teacher_forced_logits_match_the_unfolded_reference(model_file):
 
 
 def test_greedy_continuation_matches_the_reference(model_file):
+    """On the demo's sharp head (a margin far above the Q8 error); the larger model's gaussian
+    head has near-ties by design."""
+    if model_file.parent.name.startswith("larger"):
+        pytest.skip("a gaussian head: greedy decoding meets near-ties")
     cpu, gpu, tok, _ = open_both(model_file)
     prompt = [tok.encode("The ship came back in the spring")]
     opts = Options(max_tokens=32)
