@@ -25,7 +25,7 @@ from .mixers import Attention, Dims, GatedDeltaNet, Rope
 from .step import DecodeStep
 
 SPAN_STEP = 256  # the attention span of a decode graph grows in steps of this many positions
-DEFAULT_CHUNK = 512  # prompt tokens per DecodeStep
+DEFAULT_CHUNK = 2048  # prompt tokens per DecodeStep
 SHARED_ABOVE = 16  # steps of more rows than this share their stages' output buffers
 
 

@@ -24,6 +24,8 @@ loop of the same rule otherwise; everything here can be captured in a CUDA graph
 from __future__ import annotations
 
 import math
+import os
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +74,78 @@ def l2_norm(x: Any) -> Any:
     torch = require_torch()
     x32 = x.float()
     return x32 * torch.rsqrt(x32.pow(2).sum(-1, keepdim=True) + L2_EPS)
+
+
+def rope_apply(x: Any, cos: Any, sin: Any, half: int, n_rot: int) -> Any:
+    """NEOX rotation of the first n_rot dims of x (T, H, D) by cos/sin (T, half)."""
+    torch = require_torch()
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    x1, x2 = x[..., :half], x[..., half:n_rot]
+    rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+    return torch.cat([rotated, x[..., n_rot:]], dim=-1)
+
+
+class Compiled:
+    """fn through torch.compile on CUDA tensors (its elementwise chains fused into a few
+    kernels: what a decode step's many small operations need), plain fn on the CPU, with
+    PYQ2_COMPILE=0, or after a compile error (said once on stderr)."""
+
+    def __init__(self, fn: Any):
+        self.fn: Any = fn
+        self.compiled: Any = None
+        self.failed = os.environ.get("PYQ2_COMPILE", "1") == "0"
+
+    def __call__(self, *args: Any) -> Any:
+        if self.failed or not args[0].is_cuda:
+            return self.fn(*args)
+        if self.compiled is None:
+            self.compiled = require_torch().compile(self.fn, dynamic=False, fullgraph=True)
+        try:
+            return self.compiled(*args)
+        except Exception as e:  # an inductor or Triton failure: the same arithmetic eagerly
+            print(f"pyq2: torch.compile of {self.fn.__name__} failed ({e}); running it eagerly",
+                  file=sys.stderr)  # fmt: skip
+            self.failed = True
+            return self.fn(*args)
+
+
+def _attn_pre(q_gate, k, v, q_norm, k_norm, cos, sin, n_head, n_kv, hd, half, n_rot, eps):
+    t = q_gate.shape[0]
+    qg = q_gate.float().reshape(t, n_head, 2 * hd)
+    q = rope_apply(rms_norm(qg[..., :hd], q_norm, eps), cos, sin, half, n_rot)
+    kk = rope_apply(rms_norm(k.float().reshape(t, n_kv, hd), k_norm, eps), cos, sin, half, n_rot)
+    return q, qg[..., hd:], kk, v.float().reshape(t, n_kv, hd)
+
+
+def _gdn_pre(conv, qkv, alpha, beta, conv_w, a, dt_bias, k_heads, v_heads, k_dim, v_dim):
+    """One token of each sequence: the conv window (conv state then the token), SiLU, q/k tiled
+    to the V heads and L2-normalised, v, g and beta; and the conv state after the token."""
+    torch = require_torch()
+    b = qkv.shape[0]
+    xp = torch.cat([conv, qkv.float()[:, None, :]], dim=1)  # (B, K, C)
+    y = torch.nn.functional.silu((xp * conv_w.t()[None]).sum(1))
+    qk, rep = k_heads * k_dim, v_heads // k_heads
+    q = y[:, :qk].reshape(b, k_heads, k_dim).repeat(1, rep, 1)  # tiled: V head j, K j % H_k
+    k = y[:, qk : 2 * qk].reshape(b, k_heads, k_dim).repeat(1, rep, 1)
+    v = y[:, 2 * qk :].reshape(b, v_heads, v_dim)
+    g = a * torch.nn.functional.softplus(alpha.float() + dt_bias)
+    return l2_norm(q), l2_norm(k), v, g, torch.sigmoid(beta.float()), xp[:, 1:]
+
+
+def _gdn_post(o, z, norm, eps, v_heads, v_dim):
+    torch = require_torch()
+    t = o.shape[0]
+    gated = rms_norm(o.float(), norm, eps) * torch.nn.functional.silu(
+        z.float().reshape(t, v_heads, v_dim)
+    )
+    return gated.reshape(t, -1)
+
+
+def _gate(o, gate):
+    return (o.float() * require_torch().sigmoid(gate)).reshape(o.shape[0], -1)
+
+
+ATTN_PRE, GDN_PRE, GDN_POST, GATE = (Compiled(f) for f in (_attn_pre, _gdn_pre, _gdn_post, _gate))
 
 
 class Rope:
@@ -128,24 +202,33 @@ class Attention:
         q, gate, k, v = self._qkv(q_gate, k, v, pos)
         self.k[seq, :, start : start + t] = k.transpose(0, 1).to(self.k.dtype)
         self.v[seq, :, start : start + t] = v.transpose(0, 1).to(self.v.dtype)
-        keys = self.k[seq : seq + 1, :, : start + t].float()
-        values = self.v[seq : seq + 1, :, : start + t].float()
-        visible = torch.arange(start + t, device=pos.device)[None, :] <= pos[:, None]
-        o = self._attend(q.transpose(0, 1)[None], keys, values, visible[None, None])
-        out.copy_((o[0].transpose(0, 1) * torch.sigmoid(gate)).reshape(t, -1))
+        # in the cache's dtype; a sequence's first chunk is plainly causal (the fused kernels)
+        keys, values = self.k[seq : seq + 1, :, : start + t], self.v[seq : seq + 1, :, : start + t]
+        qq = q.transpose(0, 1)[None].to(keys.dtype)
+        if start == 0:
+            f = torch.nn.functional
+            o = f.scaled_dot_product_attention(qq, keys, values, is_causal=True, scale=self.scale,
+                                               enable_gqa=True)  # fmt: skip
+        else:
+            visible = torch.arange(start + t, device=pos.device)[None, :] <= pos[:, None]
+            o = self._attend(qq, keys, values, visible[None, None])
+        out.copy_(GATE(o[0].transpose(0, 1), gate))
 
     def decode(self, q_gate: Any, k: Any, v: Any, positions: Any, span: int, out: Any) -> None:
         """Row b: sequence b's token at positions[b] (< span, the cache positions attended)."""
         torch = require_torch()
-        b = q_gate.shape[0]
-        q, gate, k, v = self._qkv(q_gate, k, v, positions)
+        d, b = self.d, q_gate.shape[0]
+        cos, sin = self.rope.cos[positions], self.rope.sin[positions]
+        dims = (d.n_head, d.n_head_kv, d.head_dim, self.rope.half, self.rope.n_rot, d.eps)
+        q, gate, k, v = ATTN_PRE(q_gate, k, v, self.q_norm, self.k_norm, cos, sin, *dims)
         rows = torch.arange(b, device=positions.device)
         self.k[rows, :, positions] = k.to(self.k.dtype)
         self.v[rows, :, positions] = v.to(self.v.dtype)
-        keys, values = self.k[:b, :, :span].float(), self.v[:b, :, :span].float()
+        # attention in the cache's dtype over the span: the keys after a row's position masked
+        keys, values = self.k[:b, :, :span], self.v[:b, :, :span]
         visible = torch.arange(span, device=positions.device)[None, :] <= positions[:, None]
-        o = self._attend(q[:, :, None, :], keys, values, visible[:, None, None, :])
-        out.copy_((o[:, :, 0] * torch.sigmoid(gate)).reshape(b, -1))
+        o = self._attend(q[:, :, None, :].to(keys.dtype), keys, values, visible[:, None, None, :])
+        out.copy_(GATE(o[:, :, 0], gate))
 
     def _attend(self, q: Any, k: Any, v: Any, mask: Any) -> Any:
         """q (N, H, T, D), k/v (N, H_kv, S, D), mask (N, 1, T, S) bool; (N, H, T, D)."""
@@ -215,12 +298,10 @@ class GatedDeltaNet:
 
     def decode(self, qkv: Any, z: Any, alpha: Any, beta: Any, out: Any) -> None:
         """Row b: sequence b's next token."""
-        torch = require_torch()
-        b = qkv.shape[0]
-        xp = torch.cat([self.conv[:b], qkv.float()[:, None, :]], dim=1)  # (B, K, C)
-        y = (xp * self.conv_w.t()[None]).sum(1)
-        self.conv[:b].copy_(xp[:, 1:])
-        q, k, v, g, beta_ = self._split(torch.nn.functional.silu(y), alpha, beta)
+        d, b = self.d, qkv.shape[0]
+        params = (self.conv_w, self.a, self.dt_bias, d.k_heads, d.v_heads, d.k_dim, d.v_dim)
+        q, k, v, g, beta_, conv = GDN_PRE(self.conv[:b], qkv, alpha, beta, *params)
+        self.conv[:b].copy_(conv)
         state = self.state[:b]
         # (B, 1, H, D): each sequence one token
         q, k, v, g, beta_ = q[:, None], k[:, None], v[:, None], g[:, None], beta_[:, None]
@@ -230,7 +311,7 @@ class GatedDeltaNet:
         else:
             o, final = _recurrent(q, k, v, g, beta_, state, self.scale)
         state.copy_(final)
-        self._out(o[:, 0].float(), z, out)
+        out.copy_(GDN_POST(o[:, 0], z, self.norm, d.eps, d.v_heads, d.v_dim))
 
 
 def _recurrent(q, k, v, g, beta, state, scale) -> tuple[Any, Any]:
