@@ -50,6 +50,7 @@ class GpuModel:
         graphs: bool = True,
         model: Model | None = None,
         use_fla: bool = True,
+        cache_dtype: Any = None,
     ):
         torch = require_torch()
         self.config, self.context, self.batch, self.chunk = config, context, batch, chunk
@@ -79,7 +80,9 @@ class GpuModel:
                     "q_norm": dense[b + "attn_q_norm.weight"],
                     "k_norm": dense[b + "attn_k_norm.weight"],
                 }
-                self.attn[i] = Attention(dims, w, batch, context, self.rope, self.device)
+                self.attn[i] = Attention(
+                    dims, w, batch, context, self.rope, self.device, cache_dtype
+                )
             else:
                 w = {
                     "conv": dense[b + "ssm_conv1d.weight"],

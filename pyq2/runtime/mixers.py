@@ -142,7 +142,7 @@ def _gdn_post(o, z, norm, eps, v_heads, v_dim):
 
 
 def _gate(o, gate):
-    return (o.float() * require_torch().sigmoid(gate)).reshape(o.shape[0], -1)
+    return (o.float() * gate.sigmoid()).reshape(o.shape[0], -1)
 
 
 ATTN_PRE, GDN_PRE, GDN_POST, GATE = (Compiled(f) for f in (_attn_pre, _gdn_pre, _gdn_post, _gate))
