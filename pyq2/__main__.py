@@ -7,9 +7,10 @@ during those imports is one line and exit status 128 + N (pyq2.interrupts), not 
 import sys
 
 from . import interrupts
+from .errors import Interrupted
 
-interrupts.install()
 try:
+    interrupts.install()  # inside the try: a signal may come while the handlers go in
     from .cli import main
 
     status = main()
@@ -17,4 +18,10 @@ try:
 except KeyboardInterrupt as e:
     interrupts.finish()
     status = interrupts.report(e)
+except Exception:  # an import that a signal cut can fail with another exception (numpy's)
+    signum = interrupts.caught()
+    if signum is None:
+        raise
+    interrupts.finish()
+    status = interrupts.report(Interrupted(signum))
 sys.exit(status)

@@ -13,8 +13,11 @@ On any failure, KeyboardInterrupt and pyq2.errors.Interrupted included, the dire
 removed and OUT is untouched. Creating, committing and removing the directory run with signals
 held off (pyq2.interrupts.deferred). A writer killed outright (SIGKILL, a crash, power loss)
 leaves its directory behind; the next writer to the same name removes it once the process whose
-pid it carries is gone. An OSError about the directory or the file in it is reported against
-OUT, the path the user gave.
+pid it carries is gone, and only when it is a directory this user made as pyq2 makes them (its
+type, owner and mode are checked on a descriptor opened without following symlinks, and its
+files are unlinked by that descriptor: a name swapped for a symlink never makes pyq2 remove
+anything elsewhere, as root neither). An OSError about the directory or the file in it is
+reported against OUT, the path the user gave.
 
 atomic_outputs(OUTS) does the same for files that appear together (the shards of
 `pyq2 repack --tp`): all are staged, then moved into place in order; if one cannot be, those
@@ -37,7 +40,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from . import interrupts
-from .errors import RepackError, file_kind
+from .errors import RepackError, file_kind, shown_path
 
 Notice = Callable[[str], None]  # receives one line for the user (pyq2 prints it on stderr)
 
@@ -77,10 +80,10 @@ def check_output(out: str, force: bool, dry_run: bool = False) -> bool:
         st = None
     if st is not None and not stat.S_ISREG(st.st_mode):
         kind = file_kind(st.st_mode)
-        via = f" (a link to {os.path.realpath(out)})" if os.path.islink(out) else ""
+        via = f" (a link to {shown_path(os.path.realpath(out))})" if os.path.islink(out) else ""
         raise RepackError(
-            f"output {out}{via} is {kind}; pyq2 writes regular files only and never replaces "
-            f"anything else, even with --force"
+            f"output {shown_path(out)}{via} is {kind}; pyq2 writes regular files only and never "
+            f"replaces anything else, even with --force"
         )
     exists = os.path.lexists(out)
     if exists and not force and not dry_run:
@@ -89,7 +92,7 @@ def check_output(out: str, force: bool, dry_run: bool = False) -> bool:
 
 
 def _exists(out: str) -> RepackError:
-    return RepackError(f"output {out} exists (use --force to overwrite)")
+    return RepackError(f"output {shown_path(out)} exists (use --force to overwrite)")
 
 
 def _orphaned(path: str, pid: int) -> bool:
@@ -108,17 +111,70 @@ def _orphaned(path: str, pid: int) -> bool:
     return False
 
 
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_CLOEXEC", 0)
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+class NotOurs(OSError):
+    """A temporary-looking name that is not a directory pyq2 made: left alone."""
+
+
+def _check_ours(st: os.stat_result) -> None:
+    """Refuse a directory this process's user did not make as pyq2 makes its temporaries: a
+    directory owned by this (effective) user, writable by nobody else."""
+    if not stat.S_ISDIR(st.st_mode):
+        raise NotOurs(errno.ENOTDIR, "not a directory pyq2 made")
+    if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
+        raise NotOurs(errno.EPERM, f"owned by uid {st.st_uid}, not by this user")
+    if st.st_mode & 0o022:
+        raise NotOurs(errno.EPERM, f"mode {stat.S_IMODE(st.st_mode):04o}: others may write to it")
+
+
 def _remove_dir(path: str) -> None:
-    """Remove a temporary directory: the files a writer puts there, then the directory. A
-    subdirectory (which no writer makes) makes it fail rather than be removed."""
-    for entry in os.scandir(path):
-        os.unlink(entry.path)
-    os.rmdir(path)
+    """Remove a temporary directory pyq2 made: the files a writer puts there, then the directory.
+
+    Nothing is followed. The directory is opened by its parent's descriptor with O_NOFOLLOW (a
+    symlink put in its place fails to open), checked on that descriptor (type, owner, mode:
+    _check_ours), and its entries are unlinked by that descriptor, so a name swapped for a
+    symlink at any moment cannot make this remove anything elsewhere. unlink removes a symlink
+    inside, never what it points to; a subdirectory (which no writer makes) makes it fail, left
+    as it is. NotOurs (an OSError) for a name that is not such a directory."""
+    parent, name = os.path.split(path)
+    pfd = os.open(parent or ".", _DIR_FLAGS)
+    try:
+        try:
+            fd = os.open(name, _DIR_FLAGS | _NOFOLLOW, dir_fd=pfd)
+        except OSError as e:
+            if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                mode = os.lstat(path).st_mode
+                kind = (
+                    "a symlink"
+                    if stat.S_ISLNK(mode)
+                    else "a regular file"
+                    if stat.S_ISREG(mode)
+                    else file_kind(mode)
+                )
+                raise NotOurs(e.errno, f"{kind}, not a directory pyq2 made") from None
+            raise
+        try:
+            _check_ours(os.fstat(fd))
+            for entry in os.listdir(fd):
+                if stat.S_ISDIR(os.stat(entry, dir_fd=fd, follow_symlinks=False).st_mode):
+                    raise NotOurs(
+                        errno.EISDIR, f"it holds a directory ({entry}), which pyq2 never makes"
+                    )
+                os.unlink(entry, dir_fd=fd)
+        finally:
+            os.close(fd)
+        os.rmdir(name, dir_fd=pfd)  # rmdir never follows a symlink either
+    finally:
+        os.close(pfd)
 
 
 def remove_stale(directory: str, name: str, notice: Notice | None = None) -> list[str]:
     """Remove the temporary directories for output `name` in `directory` whose writer is gone;
-    returns their paths. Each removal (or failure to remove) is one line to `notice`."""
+    returns their paths. Each removal (or failure to remove, or refusal: see _remove_dir) is one
+    line to `notice`."""
     try:
         entries = os.listdir(directory or ".")
     except OSError:
@@ -126,9 +182,9 @@ def remove_stale(directory: str, name: str, notice: Notice | None = None) -> lis
     pattern, removed = _temp_pattern(name), []
     for entry in entries:
         m = pattern.fullmatch(entry)
-        path = os.path.join(directory, entry)
-        if not m or not os.path.isdir(path) or os.path.islink(path):
+        if not m:
             continue
+        path = os.path.join(directory, entry)
         pid = int(m.group(1))
         if not _orphaned(path, pid):
             continue
@@ -136,13 +192,17 @@ def remove_stale(directory: str, name: str, notice: Notice | None = None) -> lis
             _remove_dir(path)
         except FileNotFoundError:
             continue  # another writer to this name removed it first
+        except NotOurs as e:
+            if notice:
+                notice(f"left {shown_path(path)} alone: {e.strerror}")
+            continue
         except OSError as e:
             if notice:
-                notice(f"cannot remove stale temporary {path}: {e.strerror or e}")
+                notice(f"cannot remove stale temporary {shown_path(path)}: {e.strerror or e}")
             continue
         removed.append(path)
         if notice:
-            notice(f"removed stale temporary {path} (its writer, pid {pid}, is gone)")
+            notice(f"removed stale temporary {shown_path(path)} (its writer, pid {pid}, is gone)")
     return removed
 
 

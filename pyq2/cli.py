@@ -1,10 +1,17 @@
 """The `pyq2` command line: generate, repack, info, verify, demo, bench.
 
 Exit status: 0 success, 1 error (one line `pyq2: error: ...` on stderr, no traceback) or a verify
-mismatch (`pyq2: verify: MISMATCH: ...`), 2 usage,
+mismatch (`pyq2: verify: MISMATCH: ...`), 2 usage or, for verify, "could not compare" (as cmp),
 128 + N when signal N stopped it (130 for Ctrl-C, 143 for SIGTERM; one line `pyq2: error:
 interrupted (SIGTERM)`). A stopped repack leaves neither OUT nor a temporary file. Set
 PYQ2_DEBUG=1 to get the traceback of an unexpected error.
+
+Every line about a file goes through pyq2.errors.escaped (control characters, bidirectional
+overrides and other unprintable characters as backslash escapes; paths quoted as a shell does,
+errors.shown_path), so nothing a file holds can act on the terminal or forge a line. What the
+command prints on standard output goes out at once (_emit): a full, closed or failing standard
+output is one error line and exit 1, saying what was done (a repack's OUT is written); a reader
+that left (EPIPE, `pyq2 info FILE | head`) is not an error.
 
 Only light modules are imported here; the commands import the rest after main() has installed
 the signal handlers (pyq2.interrupts).
@@ -20,16 +27,15 @@ import time
 from collections.abc import Sequence
 
 from . import __version__, interrupts
-from .errors import FormatError, Pq2Error
-from .plan.decode import PRESETS
+from .errors import LINE_CHARS, FormatError, Interrupted, Pq2Error, escaped, shown_path
 
 PROG = "pyq2"
 
 EPILOG = """\
 exit status: 0 success; 1 error (one line "pyq2: error: ...") or verify mismatch ("pyq2: verify:
-MISMATCH: ..."); 2 usage error;
-128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM), leaving no output and no temporary file.
-PYQ2_DEBUG=1 shows the traceback of an unexpected error.
+MISMATCH: ..."); 2 usage error, or verify could not compare (a file missing, unreadable, not
+GGUF, malformed or damaged; as cmp); 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM),
+leaving no output and no temporary file. PYQ2_DEBUG=1 shows the traceback of an unexpected error.
 """
 
 REPACK_DESCRIPTION = """\
@@ -89,8 +95,47 @@ class _Bar:
 # ------------------------------------------------------------------------------ commands ----
 
 
+class StdoutError(Exception):
+    """Standard output did not take what the command printed (closed, full, failing)."""
+
+
+def _drop_stdout() -> None:
+    """Point file descriptor 1 at /dev/null: what the buffers still hold goes nowhere, so the
+    interpreter's own flush at exit does not fail again (a second message, exit 120)."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, AttributeError, ValueError):
+        pass
+
+
+def _emit(text: str = "", flush: bool = True) -> None:
+    """One line (or lines) on standard output, flushed at once unless not `flush` (then by the
+    next flush, at the latest _run's at the end). StdoutError when it is closed or the write
+    fails (BrokenPipeError passes: the reader left)."""
+    stream = sys.stdout
+    if stream is None:
+        raise StdoutError("standard output is closed")
+    try:
+        stream.write(text + "\n")
+        if flush:
+            stream.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        _drop_stdout()
+        raise StdoutError(f"cannot write to standard output: {e.strerror or e}") from None
+
+
+def _error(message: str) -> None:
+    """The one error line on stderr, escaped (pyq2.errors.escaped) and cut to LINE_CHARS."""
+    try:
+        print(f"{PROG}: error: {escaped(message, LINE_CHARS)}", file=sys.stderr, flush=True)
+    except (OSError, AttributeError):
+        pass  # no stderr to tell it on: the exit status says it
+
+
 def _notice(line: str) -> None:
-    print(f"{PROG}: {line}", file=sys.stderr, flush=True)
+    print(f"{PROG}: {escaped(line, LINE_CHARS)}", file=sys.stderr, flush=True)
 
 
 def _cmd_generate(args) -> int:
@@ -190,38 +235,47 @@ def _cmd_repack(args) -> int:
     finally:
         if bar is not None:
             bar.close()
-    print(summary.line())
+    try:
+        _emit(summary.line())
+    except StdoutError as e:
+        if summary.dry_run:
+            raise
+        done = ", ".join(shown_path(p) for p in summary.shards or [summary.out_path])
+        raise StdoutError(f"{e} (the repack itself succeeded: {done} written)") from None
     return 0
 
 
 def _cmd_info(args) -> int:
-    import json
-
-    from .offline.info import describe, format_info
+    from .offline.info import describe, info_lines, write_json
 
     d = describe(args.file)
-    if args.json:
-        print(json.dumps(d, indent=1, default=str))
+    if args.json:  # strict JSON (no NaN or Infinity), every string JSON-escaped, row by row
+        write_json(d, lambda text: _emit(text, flush=False))
     else:
-        print(format_info(d))
+        for line in info_lines(d):
+            _emit(line, flush=False)
     return 0
 
 
 def _cmd_verify(args) -> int:
     from .offline.verify import verify
 
-    res = verify(args.original, args.repacked)
+    try:
+        res = verify(args.original, args.repacked)
+    except (FormatError, Pq2Error, ValueError, OSError) as e:  # could not compare: 2, as cmp
+        _error(_describe_os_error(e) if isinstance(e, OSError) else str(e))
+        return 2
     if not res.ok:
-        print(f"{PROG}: verify: MISMATCH: {res.message}", file=sys.stderr)
+        print(f"{PROG}: verify: MISMATCH: {escaped(res.message, LINE_CHARS)}", file=sys.stderr)
         return 1
-    print(f"verify: {res.message}")
+    _emit(f"verify: {escaped(res.message, LINE_CHARS)}")
     return 0
 
 
 def _cmd_demo(args) -> int:
     from .offline.demo import run_demo
 
-    res = run_demo(args.output, keep=args.keep, then=_demo_generate)
+    res = run_demo(args.output, echo=_emit, keep=args.keep, then=_demo_generate, force=args.force)
     return 0 if res["verify"].ok else 1
 
 
@@ -254,6 +308,12 @@ def _cmd_bench(args) -> int:
 
     if bool(args.model) == bool(args.synthetic):
         args.usage_error("give a MODEL file (or the shards of one) or --synthetic PRESET, not both")
+    sizes = args.ms.split(",")
+    if not all(v.strip().isdigit() and int(v) >= 1 for v in sizes):
+        args.usage_error(f"--ms {args.ms}: batch sizes are integers of at least 1, comma-separated")
+    for option, value in (("--prompt", args.prompt), ("--replays", args.replays)):
+        if value is not None and value < 1:
+            args.usage_error(f"{option} {value}: at least 1")
     if args.tp is not None and args.tp < 1:
         args.usage_error(f"--tp {args.tp}: the number of GPUs is at least 1")
     n = len(args.model)
@@ -295,14 +355,26 @@ class _VersionAction(argparse.Action):
         super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        print(version_lines())
+        _emit(version_lines())
         parser.exit()
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with --help written through _emit (a closed or full standard output is an
+    error line and exit 1, not a silent success)."""
+
+    def print_help(self, file=None):
+        if file is None:
+            _emit(self.format_help().rstrip("\n"))
+        else:
+            super().print_help(file)
+
+
 def build_parser() -> argparse.ArgumentParser:
+    from .plan.decode import PRESETS
     from .spec import layouts
 
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog=PROG,
         description="PQ2_0 ternary weights: repack GGUF files into GPU layouts, inspect and "
         "verify them, run the demo, time a model's weight path on the GPU.",
@@ -405,6 +477,9 @@ def build_parser() -> argparse.ArgumentParser:
         "verify",
         help="prove that two files hold the same weights (codes and "
         "scales) and the same other tensors and metadata",
+        epilog="exit status (as cmp): 0 the files hold the same model; 1 they differ (one line "
+        '"pyq2: verify: MISMATCH: ..."); 2 they could not be compared: a file missing, '
+        'unreadable, not GGUF, malformed or damaged (one line "pyq2: error: ...").',
     )
     v.add_argument("original", metavar="ORIGINAL")
     v.add_argument(
@@ -425,6 +500,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     d.add_argument(
         "--keep", action="store_true", help="keep the temporary directory and print its path"
+    )
+    d.add_argument(
+        "--force",
+        action="store_true",
+        help="with -o: replace demo files already in DIR (without it an existing file, or a "
+        "symlink in its place, is refused before anything is written)",
     )
     d.set_defaults(func=_cmd_demo)
 
@@ -471,13 +552,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _describe_os_error(e: OSError) -> str:
-    if e.errno == errno.ENOSPC:
-        return (
-            f"no space left on device{f' ({e.filename})' if e.filename else ''}; "
-            "nothing was written"
-        )
+    """The line for an OSError of the work (standard output's own are StdoutError): the path
+    quoted as a shell does (errors.shown_path)."""
+    where = shown_path(e.filename) if e.filename is not None else ""
+    if e.errno == errno.ENOSPC:  # the output is written to a temporary, removed on failure
+        return f"no space left on device{f' ({where})' if where else ''}; nothing was written"
     what = e.strerror or str(e)
-    return f"{e.filename}: {what}" if e.filename else what
+    return f"{where}: {what}" if where else what
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -496,28 +577,48 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
     try:
-        return args.func(args)
+        args = build_parser().parse_args(argv)
+        status = args.func(args)
+        if sys.stdout is not None:  # what a command printed with print() goes out now
+            try:
+                sys.stdout.flush()
+            except BrokenPipeError:
+                raise
+            except OSError as e:
+                _drop_stdout()
+                raise StdoutError(f"cannot write to standard output: {e.strerror or e}") from None
+        return status
+    except SystemExit as e:  # --help, --version (0) and usage errors (2) end here
+        if e.code == 0 and sys.stdout is None:
+            _error("standard output is closed")
+            return 1
+        raise
     except BrokenPipeError:
         # `pyq2 info FILE | head`: the reader left; that is not an error of ours.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_stdout()
         return 0
-    except (FormatError, Pq2Error, ValueError) as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        raise
+    except Exception as e:
+        signum = interrupts.caught()
+        if signum is not None:  # an exception that a signal caused (an import it cut)
+            raise Interrupted(signum) from None
+        return _report(e)
+
+
+def _report(e: Exception) -> int:
+    """The one line for an exception of a command, and its exit status."""
+    if isinstance(e, (FormatError, Pq2Error, ValueError, StdoutError)):
+        _error(str(e))
         return 1
-    except OSError as e:
-        print(f"{PROG}: error: {_describe_os_error(e)}", file=sys.stderr)
+    if isinstance(e, OSError):
+        _error(_describe_os_error(e))
         return 1
-    except Exception as e:  # a bug: still one line unless asked for the traceback
-        if os.environ.get("PYQ2_DEBUG"):
-            raise
-        print(
-            f"{PROG}: error: internal error: {type(e).__name__}: {e} "
-            f"(PYQ2_DEBUG=1 shows the traceback)",
-            file=sys.stderr,
-        )
-        return 1
+    if os.environ.get("PYQ2_DEBUG"):  # a bug: still one line unless asked for the traceback
+        raise e
+    _error(f"internal error: {type(e).__name__}: {e} (PYQ2_DEBUG=1 shows the traceback)")
+    return 1
 
 
 if __name__ == "__main__":

@@ -113,6 +113,13 @@ def deferred() -> Iterator[None]:
             raise Interrupted(_signum)
 
 
+def caught() -> int | None:
+    """The signal the handlers caught in this run, if any: an exception that follows it (a
+    module whose import a signal cut, such as numpy's, raises ImportError instead) is the
+    interruption, reported as such."""
+    return _signum
+
+
 def signal_name(signum: int) -> str:
     try:
         return signal.Signals(signum).name

@@ -135,6 +135,102 @@ def test_stale_temporaries(tmp_path):
     )
 
 
+def _victim(tmp_path):
+    """A directory elsewhere with a file that no cleanup may touch."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious").write_bytes(b"keep me")
+    (victim / ".o.bin.x1.tmp").write_bytes(b"also mine")  # a name a writer would use
+    return victim
+
+
+def test_stale_cleanup_never_follows_a_symlink_swapped_in(tmp_path, monkeypatch):
+    """The race forced: between the moment the cleanup decides a temporary is stale and its
+    removal, another user swaps the temporary for a symlink to a directory elsewhere. The
+    cleanup leaves the link (and everything it points to) alone and says so."""
+    out_dir = tmp_path / "shared"
+    out_dir.mkdir()
+    victim = _victim(tmp_path)
+    stale = out_dir / f".o.bin.pyq2-{dead_pid()}-abcd1234.tmp"
+    stale.mkdir()
+    (stale / ".o.bin.x1.tmp").write_bytes(b"half")
+    orphaned = atomic._orphaned
+
+    def swap_then_answer(path, pid):  # runs after the name check, before the removal
+        answer = orphaned(path, pid)
+        (stale / ".o.bin.x1.tmp").unlink()
+        stale.rmdir()
+        stale.symlink_to(victim)
+        return answer
+
+    monkeypatch.setattr(atomic, "_orphaned", swap_then_answer)
+    lines = []
+    assert atomic.remove_stale(str(out_dir), "o.bin", lines.append) == []
+    assert listing(victim) == [".o.bin.x1.tmp", "precious"]
+    assert stale.is_symlink()
+    assert lines == [f"left {stale} alone: a symlink, not a directory pyq2 made"]
+
+
+def test_stale_cleanup_swap_after_the_directory_is_opened(tmp_path, monkeypatch):
+    """The swap one step later: the directory is already open when its name becomes a symlink.
+    The files are unlinked by the descriptor, so only the real temporary's files go."""
+    out_dir = tmp_path / "shared"
+    out_dir.mkdir()
+    victim = _victim(tmp_path)
+    stale = out_dir / f".o.bin.pyq2-{dead_pid()}-abcd1234.tmp"
+    stale.mkdir()
+    (stale / ".o.bin.x1.tmp").write_bytes(b"half")
+    moved = out_dir / "moved-away"
+    real_fstat = os.fstat
+
+    def swap_on_fstat(fd):  # _remove_dir checks the opened directory with fstat
+        st = real_fstat(fd)
+        if stat.S_ISDIR(st.st_mode) and stale.is_dir() and not stale.is_symlink():
+            stale.rename(moved)
+            stale.symlink_to(victim)
+        return st
+
+    monkeypatch.setattr(os, "fstat", swap_on_fstat)
+    lines = []
+    atomic.remove_stale(str(out_dir), "o.bin", lines.append)
+    assert listing(victim) == [".o.bin.x1.tmp", "precious"]
+    assert listing(moved) == []  # the real temporary's file went, by its descriptor
+    assert stale.is_symlink()  # rmdir of the name refuses a symlink
+    assert len(lines) == 1 and lines[0].startswith(f"cannot remove stale temporary {stale}: ")
+
+
+@pytest.mark.parametrize("what", ["symlink", "file", "foreign", "group-writable", "subdir"])
+def test_stale_cleanup_leaves_what_pyq2_did_not_make(tmp_path, monkeypatch, what):
+    """A temporary's name on a symlink, on a file, on a directory of another user or writable by
+    others, or holding a directory, is left as it is, and each is one line."""
+    victim = _victim(tmp_path)
+    stale = tmp_path / f".o.bin.pyq2-{dead_pid()}-abcd1234.tmp"
+    if what == "symlink":
+        stale.symlink_to(victim)
+    elif what == "file":
+        stale.write_bytes(b"")
+    else:
+        stale.mkdir()
+        (stale / ".o.bin.x1.tmp").write_bytes(b"half")
+        if what == "foreign":
+            monkeypatch.setattr(os, "geteuid", lambda: os.getuid() + 1)
+        elif what == "group-writable":
+            stale.chmod(0o770)
+        else:
+            (stale / "sub").mkdir()
+    lines = []
+    assert atomic.remove_stale(str(tmp_path), "o.bin", lines.append) == []
+    assert os.path.lexists(stale) and listing(victim) == [".o.bin.x1.tmp", "precious"]
+    reason = {
+        "symlink": "a symlink, not a directory pyq2 made",
+        "file": "a regular file, not a directory pyq2 made",
+        "foreign": f"owned by uid {os.getuid()}, not by this user",
+        "group-writable": "mode 0770: others may write to it",
+        "subdir": "it holds a directory (sub), which pyq2 never makes",
+    }[what]
+    assert lines == [f"left {stale} alone: {reason}"]
+
+
 # ---- what OUT may be ----------------------------------------------------------------------
 
 

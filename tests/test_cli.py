@@ -29,8 +29,8 @@ def run_module(*argv):
     return run_pyq2(*argv, cwd=tempfile.gettempdir())
 
 
-def assert_one_line_error(code, err, *needles):
-    assert code == 1
+def assert_one_line_error(code, err, *needles, status=1):
+    assert code == status
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("pyq2: error: "), err
     assert "Traceback" not in err
@@ -206,7 +206,8 @@ def test_bad_input_one_clear_error(tmp_path, capsys, demo, case, command):
         "verify": ["verify", demo, bad],
     }[command]
     code, out, err = run(capsys, *argv)
-    assert_one_line_error(code, err, *needles)
+    # verify could not compare: 2, as cmp says of a file it cannot read (1 is "different")
+    assert_one_line_error(code, err, *needles, status=2 if command == "verify" else 1)
     assert listing(tmp_path) == ["bad.gguf", "demo.gguf"]
 
 
@@ -373,3 +374,79 @@ def test_repack_fuse_names_groups_left_separate(tmp_path, capsys, demo):
         "separate: blk.1.attn_k.weight has 40 rows, not a whole number of the 32-row tiles of "
         "tiles rt 2"
     ]
+
+
+# ---- strings from a file never reach the terminal raw (issue 38) --------------------------
+
+HOSTILE = {
+    "general.architecture": "qwen35\x1b]0;pwned\x07\x1b[2J",
+    "general.name": "demo\u202eevil",
+    "general.file_type": "\x1b[31mred",
+    "general.description": "fine\npyq2: verify: OK\r\x1b[1A",
+}
+TERMINAL_ACTS = ("\x1b", "\x07", "\r", "\u202e", "\x9b")
+
+
+def hostile_file(path):
+    from gguf import GGUFValueType as V
+
+    from pyq2.gguf.io import OutTensor
+
+    from .conftest import random_pq2, write_gguf_file
+
+    raw = random_pq2(np.random.default_rng(0), 4, 128)
+    kv = [(k, V.STRING, v) for k, v in HOSTILE.items()]
+    kv.append(("x.tokens", V.ARRAY, ["a\x1b[2Jb", "\u2067c"], V.STRING))
+    write_gguf_file(path, kv, [(OutTensor("w", gguf_io.PQ2_0, (128, 4), raw.nbytes), raw)])
+    return path
+
+
+def test_info_escapes_what_the_file_says(tmp_path, capsys):
+    src = hostile_file(tmp_path / "h.gguf")
+    code, out, err = run(capsys, "info", src)
+    assert code == 0 and err == ""
+    assert not any(c in out for c in TERMINAL_ACTS), out
+    lines = out.splitlines()
+    assert not any(line.startswith("pyq2:") for line in lines)  # no forged line
+    assert "model:     'qwen35\\x1b]0;pwned\\x07\\x1b[2J' 'demo\\u202eevil'" in out
+    assert "general.description = 'fine\\npyq2: verify: OK\\r\\x1b[1A'" in out
+    assert "x.tokens = ['a\\x1b[2Jb', '\\u2067c']" in out
+    # --json keeps the exact values, JSON-escaped (plain ASCII on the terminal)
+    code, out, _ = run(capsys, "info", src, "--json")
+    assert code == 0 and out.isascii() and not any(c in out for c in TERMINAL_ACTS)
+    d = json.loads(out)
+    assert d["architecture"] == HOSTILE["general.architecture"]
+    assert d["name"] == HOSTILE["general.name"]
+    assert d["metadata"]["general.description"] == HOSTILE["general.description"]
+    assert d["metadata"]["x.tokens"]["values"] == ["a\x1b[2Jb", "\u2067c"]
+
+
+def test_error_messages_escape_what_the_file_says(tmp_path, capsys, demo):
+    """A relabelled layout carrying escape sequences: the error line quotes it escaped, cut."""
+    from gguf import GGUFValueType as V
+
+    tiles = tmp_path / "t.gguf"
+    assert run(capsys, "repack", demo, "-o", tiles)[0] == 0
+    key = "pyq2.tensor.blk.0.ffn_up.weight.layout"
+    evil = "tiles\x1b[2J\x1b]0;x\x07\u202e" + "A" * 5000
+    bad = tmp_path / "bad.gguf"
+    with gguf_io.open_gguf(tiles) as f:
+        recs = [
+            f.kv_record(k) if k != key else gguf_io.encode_kv(k, V.STRING, evil) for k in f.keys()
+        ]
+        outs = [gguf_io.OutTensor(t.name, t.type_id, t.ne, t.nbytes) for t in f.tensors]
+        gguf_io.write_gguf(bad, recs, outs, lambda i, t: (f.data(f.tensors[i]),))
+    for argv in (["repack", bad, "-o", tmp_path / "o.gguf"], ["info", bad]):
+        code, _, err = run(capsys, *argv)
+        assert_one_line_error(code, err, "bad pyq2 metadata layout='tiles\\x1b[2J\\x1b]0;x\\x07")
+        assert not any(c in err for c in TERMINAL_ACTS) and len(err) < 600, err
+
+
+def test_a_path_with_a_line_break_is_quoted_as_a_shell_does(tmp_path, capsys):
+    odd = tmp_path / "a\nb\x1b[2J.gguf"
+    odd.write_bytes(b"not gguf")
+    shown = "$'" + str(tmp_path) + "/a\\nb\\x1b[2J.gguf'"
+    code, _, err = run(capsys, "info", odd)
+    assert_one_line_error(code, err, f"{shown}: not a GGUF file")
+    code, _, err = run(capsys, "repack", tmp_path / "gone\n.gguf")
+    assert_one_line_error(code, err, "$'", "gone\\n.gguf': No such file or directory")

@@ -185,6 +185,39 @@ def test_ctrl_c_during_imports(tmp_path, target, how):
     assert (p.returncode, out, err) == (130, "", "pyq2: error: interrupted (SIGINT)\n")
 
 
+# A module whose import a signal cuts may raise another exception than KeyboardInterrupt: numpy's
+# C extension turns it into ImportError ("PyCapsule_Import could not import module"). This
+# finder does the same to the import of TARGET, after the signal.
+CUT_IMPORT = """
+import importlib.abc, os, runpy, signal, sys
+TARGET, HOW = sys.argv.pop(1), sys.argv.pop(1)
+
+class Cut(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == TARGET:
+            sys.meta_path.remove(self)
+            try:
+                os.kill(os.getpid(), signal.SIGINT)
+                signal.pthread_sigmask(signal.SIG_BLOCK, [])  # a point where Python checks signals
+            except KeyboardInterrupt:
+                raise ImportError("PyCapsule_Import could not import module") from None
+        return None
+
+sys.meta_path.insert(0, Cut())
+if HOW == "script":
+    from pyq2.cli import main
+    sys.exit(main())
+runpy.run_module("pyq2", run_name="__main__", alter_sys=True)
+"""
+
+
+@pytest.mark.parametrize("how", ["module", "script"])
+def test_an_import_a_signal_turned_into_another_error_is_one_line(tmp_path, how):
+    p = start("numpy", how, "info", tmp_path / "in.gguf", code=CUT_IMPORT)
+    out, err = p.communicate(timeout=60)
+    assert (p.returncode, out, err) == (130, "", "pyq2: error: interrupted (SIGINT)\n")
+
+
 def test_two_writers_without_force_one_wins(tmp_path, big):
     """Whether the loser finds OUT at its start or only at its end (the hard link that would
     publish its file fails), exactly one writer succeeds and the other says so."""

@@ -9,12 +9,18 @@ its rows and its place in the original file's tensor list. `read_contents` refus
 that contradicts the rest of the file: a member also stored as a tensor of its own, a member of
 two fused tensors, positions repeated or beyond the original tensor count, member keys of a
 tensor the file does not hold (metadata.fused_members checks each fused tensor against its own
-matrix).
+matrix). It also checks the checksum of every planes or tiles tensor (check_checksums: its bytes
+and the keys that describe it, one read of those tensors on a few threads), so that every reader
+refuses a damaged or relabelled tensor by name before it uses a byte of it; `pyq2 info`, which
+decodes no weight, skips that.
 """
 
 from __future__ import annotations
 
+import os
+import zlib
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -27,7 +33,7 @@ from .metadata import Member, WeightInfo
 from .splits import Split
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One tensor of the original file as this file holds it: a tensor of its own, or rows
     [row0, row0 + info.n) of the fused tensor `fused`."""
@@ -49,6 +55,18 @@ class Entry:
             raise ValueError(f"tensor '{self.name}' is not a PQ2-family weight")
         return weight_io.raw_slices(
             backend, gf, self.tensor, self.stored, rows, self.row0, self.info.n
+        )
+
+    def block(
+        self, backend: weight_io.Backend, gf: GGUFFile, a: int, b: int, g0: int, g1: int
+    ) -> np.ndarray:
+        """PQ2_0 raw bytes of rows [a, b) (counted from the weight's first) and 128-groups
+        [g0, g1) of the weight (weights.read_block): how a reader takes a row too wide for a
+        slice (weights.column_mode)."""
+        if self.info is None or self.stored is None:
+            raise ValueError(f"tensor '{self.name}' is not a PQ2-family weight")
+        return weight_io.read_block(
+            backend, gf, self.tensor, self.stored, self.row0 + a, self.row0 + b, g0, g1
         )
 
     @property
@@ -115,9 +133,57 @@ class Contents:
         return {e.name: e.split for e in self.entries if e.split is not None}
 
 
-def read_contents(gf: GGUFFile, check_bytes: bool = True) -> Contents:
+CHECKSUM_WORKERS = 8  # threads that compute checksums (zlib and pread release the GIL)
+CHECKSUM_CHUNK = 4 << 20  # bytes each of them reads at a time
+
+
+def _checksum(gf: GGUFFile, t: Tensor, keys: list[str]) -> int:
+    crc = metadata.start_checksum(gf.kv_record(k) for k in keys)
+    for start in range(0, t.nbytes, CHECKSUM_CHUNK):
+        stop = min(start + CHECKSUM_CHUNK, t.nbytes)
+        crc = zlib.crc32(gf.read(t.offset + start, stop - start, f"tensor '{t.name}'"), crc)
+    return crc
+
+
+def check_checksums(
+    gf: GGUFFile, infos: dict[str, WeightInfo | None], fused: dict[str, tuple[Member, ...]]
+) -> None:
+    """Every planes or tiles tensor's bytes and describing keys against its recorded CRC-32
+    (metadata.CHECKSUM_ATTR; FORMATS.md 5). FormatError naming the first tensor, in file order,
+    whose bytes were damaged or whose pyq2 keys were changed. The tensors are read a chunk at a
+    time, on up to CHECKSUM_WORKERS threads."""
+    stored = [t for t in gf.tensors if (i := infos.get(t.name)) is not None and i.layout != "raw"]
+    if not stored:
+        return
+    index = metadata.describing_keys(gf.keys())
+    jobs = [
+        (t, metadata.description_keys(index, t.name, [m.name for m in fused.get(t.name, ())]))
+        for t in stored
+    ]
+    workers = max(1, min(CHECKSUM_WORKERS, os.cpu_count() or 1, len(jobs)))
+    pool = ThreadPoolExecutor(workers, thread_name_prefix="pyq2-crc")
+    try:
+        results = pool.map(lambda job: _checksum(gf, *job), jobs)
+        for (t, _), got in zip(jobs, results, strict=True):
+            key = metadata.tensor_key(t.name, metadata.CHECKSUM_ATTR)
+            want = gf.value(key)
+            if got != want:
+                raise FormatError(
+                    f"{gf.path}: tensor '{t.name}': its bytes and pyq2 keys give the checksum "
+                    f"0x{got:08x}, but {key} is 0x{want:08x}: the file is damaged or its pyq2 "
+                    f"keys were changed; repack the original GGUF again"
+                )
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def read_contents(
+    gf: GGUFFile, check_bytes: bool = True, check_sums: bool | None = None
+) -> Contents:
     """The file's original tensors (module docstring); with check_bytes also every stored
-    weight's byte count. FormatError names the file and what contradicts what."""
+    weight's byte count and, unless check_sums is False, every planes or tiles tensor's
+    checksum (check_checksums: one read of those tensors). FormatError names the file and what
+    contradicts what."""
     infos: dict[str, WeightInfo | None] = {}
     fused: dict[str, tuple[Member, ...]] = {}
     for t in gf.tensors:
@@ -180,4 +246,6 @@ def read_contents(gf: GGUFFile, check_bytes: bool = True) -> Contents:
             f"{gf.path}: the fused tensors' member positions do not match the file's tensor "
             f"order (a fused tensor stands where its first member stood)"
         )
+    if check_bytes if check_sums is None else check_sums:
+        check_checksums(gf, infos, fused)
     return Contents(entries, fused, shard)

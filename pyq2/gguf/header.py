@@ -1,10 +1,12 @@
 """The GGUF header (version, key/values, tensor infos): the limits a file is held to, and the
 parser that holds it to them.
 
-`parse_header` reads a header from a memory-mapped file. Nothing the file says is trusted: every
-count, length, dimension and offset is checked against the limits below and against the bytes
-the file has before anything is sized by it, so a crafted file fails with one FormatError naming
-the file and the byte, never with a huge allocation, a huge output or a deep recursion.
+`parse_header` reads a header from a file descriptor, with pread and a window at a time: no
+mapping, so a file that shrinks meanwhile is a FormatError, not SIGBUS, and the parser holds one
+window however large the header. Nothing the file says is trusted: every count, length,
+dimension and offset is checked against the limits below and against the bytes the file has
+before anything is sized by it, so a crafted file fails with one FormatError naming the file and
+the byte, never with a huge allocation, a huge output or a deep recursion.
 
 Values are not decoded while parsing: a key/value is the place and type of its record
 (`KeyValue`), an array is walked over without keeping its elements, and `decode_value` reads a
@@ -15,12 +17,13 @@ The rules are those of ggml's reader (gguf.cpp), which every file a llama.cpp-st
 accepts follows: version 2 or 3, little-endian; keys and tensor names unique; at most 4
 dimensions; general.alignment a uint32 power of two; tensor data in tensor order, each tensor
 at the offset where the one before it ends, padded to the alignment. pyq2 adds the bounds below
-(alignment, array nesting) and asks names to be printable UTF-8.
+(alignment, array nesting, name length) and asks names to be printable UTF-8.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import struct
 from dataclasses import dataclass
 from typing import Any
@@ -28,7 +31,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUFValueType
 
-from ..errors import FormatError
+from ..errors import FormatError, quoted
 from .types import PQ2_0, PTQ1_0, block_size, type_name
 
 # ---- limits ---------------------------------------------------------------------------------
@@ -45,6 +48,10 @@ MAX_DIM = (1 << 63) - 1  # ggml's ne is int64
 # Arrays of arrays are valid GGUF, but no model file uses them; pyq2 reads them this deep
 # (an array of arrays is depth 2) and refuses deeper ones instead of recursing into them.
 MAX_ARRAY_DEPTH = 4
+# Key and tensor names longer than this are refused (ggml's own tensor names are below 64 bytes):
+# a name is read whole and quoted in messages.
+MAX_NAME_BYTES = 1 << 16
+WINDOW = 1 << 16  # bytes of the file the parser reads at a time
 # The smallest record of each kind, which bounds the counts a file of a given size can hold.
 HEADER_BYTES = 4 + 4 + 8 + 8  # magic, version, tensor count, key/value count
 KV_MIN_BYTES = 8 + 4 + 1  # key length, value type, the smallest value (u8, i8, bool)
@@ -73,7 +80,7 @@ _U64 = struct.Struct("<Q")
 # ---- what a header holds ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class KeyValue:
     """Where a key/value record lies and what type it holds (the value is decoded on demand)."""
 
@@ -86,7 +93,7 @@ class KeyValue:
     count: int  # elements of an array, 1 otherwise
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Tensor:
     name: str
     type_id: int
@@ -113,10 +120,22 @@ class Header:
 
 
 class _Cursor:
-    """Reads little-endian fields of a buffer in order, refusing to read past its end."""
+    """Reads little-endian fields of a file in order, refusing to read past its end.
 
-    def __init__(self, buf, size: int, path: str):
-        self.buf, self.size, self.path, self.pos = buf, size, path, 0
+    The source is a buffer (bytes, an mmap) or a file descriptor. A descriptor is read with
+    pread through a window of WINDOW bytes at a time, so the parser never touches a mapping (a
+    file that shrinks under it gives a short read and a FormatError, not SIGBUS) and holds no
+    more than the window however large the header; what it only steps over (a long string, the
+    elements of a numeric array) it never reads."""
+
+    def __init__(self, source, size: int, path: str):
+        self.size, self.path, self.pos = size, path, 0
+        if isinstance(source, int):
+            self.fd: int | None = source
+            self.buf: Any = b""
+        else:
+            self.fd, self.buf = None, source
+        self.base = 0  # the file offset of self.buf[0]
 
     def fail(self, message: str) -> FormatError:
         return FormatError(f"{self.path}: {message}")
@@ -131,24 +150,47 @@ class _Cursor:
         self.pos += n
         return at
 
+    def window(self, at: int, n: int) -> tuple[Any, int]:
+        """(a buffer, the index in it) of the n bytes at file offset `at`, which take() has
+        passed: from the window, read again from the file when it does not hold them."""
+        i = at - self.base
+        if 0 <= i and i + n <= len(self.buf):
+            return self.buf, i
+        if self.fd is None:
+            raise self.fail(f"bytes {at}..{at + n} are beyond the buffer")  # a caller's bug
+        want = min(max(n, WINDOW), self.size - at)
+        data = os.pread(self.fd, want, at)
+        if len(data) < n:
+            raise self.fail(shrank(self.fd, self.size, f"reading bytes {at}..{at + n}"))
+        self.buf, self.base = data, at
+        return data, 0
+
     def u32(self, what: str) -> int:
-        return int(struct.unpack_from("<I", self.buf, self.take(4, what))[0])
+        buf, i = self.window(self.take(4, what), 4)
+        return int(struct.unpack_from("<I", buf, i)[0])
 
     def u64(self, what: str) -> int:
-        return int(_U64.unpack_from(self.buf, self.take(8, what))[0])
+        buf, i = self.window(self.take(8, what), 8)
+        return int(_U64.unpack_from(buf, i)[0])
 
     def name(self, what: str) -> str:
-        """A string that names something (a key, a tensor): printable UTF-8, so that every
-        message naming it stays one line."""
+        """A string that names something (a key, a tensor): printable UTF-8 of at most
+        MAX_NAME_BYTES, so that every message naming it stays one short line."""
         n = self.u64(f"the length of {what}")
         at = self.take(n, what)
-        raw = bytes(self.buf[at : at + n])
+        if n > MAX_NAME_BYTES:
+            raise self.fail(
+                f"{what} at byte {at} is {n} bytes long; pyq2 reads names of at most "
+                f"{MAX_NAME_BYTES}"
+            )
+        buf, i = self.window(at, n)
+        raw = bytes(buf[i : i + n])
         try:
             name = raw.decode("utf-8")
         except UnicodeDecodeError:
-            raise self.fail(f"{what} at byte {at} is not UTF-8: {raw[:80]!r}") from None
-        if not name.isprintable():  # a line break or control character in every message
-            raise self.fail(f"{what} at byte {at} has unprintable characters: {name[:80]!r}")
+            raise self.fail(f"{what} at byte {at} is not UTF-8: {quoted(raw)}") from None
+        if not name.isprintable():  # a line break, control or bidi character in every message
+            raise self.fail(f"{what} at byte {at} has unprintable characters: {quoted(name)}")
         return name
 
     def value_type(self, what: str) -> GGUFValueType:
@@ -157,6 +199,19 @@ class _Cursor:
         if t not in GGUFValueType._value2member_map_:
             raise self.fail(f"{what} at byte {at} is {t}, not a GGUF value type")
         return GGUFValueType(t)
+
+
+def shrank(fd: int, size: int, what: str) -> str:
+    """The message for a file that is shorter than when it was opened (another process is
+    rewriting it): pyq2 reads with pread, so a shrinking file is a short read, never SIGBUS."""
+    try:
+        now = f"{os.fstat(fd).st_size} bytes"
+    except OSError:
+        now = "fewer bytes"
+    return (
+        f"the file shrank from {size} to {now} while pyq2 read it ({what}): another process is "
+        f"changing it"
+    )
 
 
 def _min_value_bytes(t: GGUFValueType) -> int:
@@ -189,12 +244,18 @@ def _skip_value(cur: _Cursor, t: GGUFValueType, what: str, depth: int = 1) -> tu
     if item in _SCALAR_SIZE:
         cur.take(need, what)
     elif item == V.STRING:
-        buf, pos, end = cur.buf, cur.pos, cur.size
+        pos, end = cur.pos, cur.size
+        buf, base = cur.buf, cur.base
+        have = base + len(buf)  # the window holds file bytes [base, have)
         for i in range(count):  # the hot loop of a vocabulary: plain arithmetic only
-            if end - pos < 8:
-                cur.pos = pos
-                cur.take(8, f"the length of string {i} of {what}")
-            n = _U64.unpack_from(buf, pos)[0]
+            if pos + 8 > have:
+                if end - pos < 8:
+                    cur.pos = pos
+                    cur.take(8, f"the length of string {i} of {what}")
+                buf, _ = cur.window(pos, 8)
+                base = cur.base
+                have = base + len(buf)
+            n = _U64.unpack_from(buf, pos - base)[0]
             pos += 8
             if n > end - pos:
                 cur.pos = pos
@@ -231,7 +292,8 @@ def _alignment(cur: _Cursor, kvs: dict[str, KeyValue]) -> int:
         return DEFAULT_ALIGNMENT
     if kv.vtype != V.UINT32:
         raise cur.fail(f"general.alignment is a {kv.vtype.name}; GGUF requires a UINT32")
-    a = int(struct.unpack_from("<I", cur.buf, kv.value_offset)[0])
+    buf, i = cur.window(kv.value_offset, 4)
+    a = int(struct.unpack_from("<I", buf, i)[0])
     if a == 0 or a & (a - 1) or a > MAX_ALIGNMENT:
         raise cur.fail(
             f"general.alignment is {a}: it must be a power of two (GGUF) no larger than "
@@ -248,7 +310,8 @@ def _parse_tensor_info(cur: _Cursor, i: int) -> tuple[str, tuple[int, ...], int,
     if n_dims > MAX_DIMS:
         raise cur.fail(f"{what} has {n_dims} dimensions; GGUF allows at most {MAX_DIMS}")
     at = cur.take(8 * n_dims, f"the dimensions of {what}")
-    ne = struct.unpack_from(f"<{n_dims}Q", cur.buf, at)
+    buf, i = cur.window(at, 8 * n_dims)
+    ne = struct.unpack_from(f"<{n_dims}Q", buf, i)
     for j, d in enumerate(ne):
         if d > MAX_DIM:
             raise cur.fail(f"{what}: dimension {j} is {d}, more than ggml's int64 can hold")
@@ -272,10 +335,11 @@ def _tensor_bytes(cur: _Cursor, name: str, type_id: int, ne: tuple[int, ...]) ->
     return math.prod(ne) // block * block_bytes  # exact Python integers: no overflow
 
 
-def parse_header(buf, size: int, path: str) -> Header:
-    """Parse and check the header of the GGUF file of `size` bytes mapped at buf (see the module
-    doc). The caller has checked the magic. FormatError names `path` and what is wrong."""
-    cur = _Cursor(buf, size, path)
+def parse_header(source, size: int, path: str) -> Header:
+    """Parse and check the header of the GGUF file of `size` bytes: `source` is its descriptor
+    (read with pread) or a buffer of its bytes (see the module doc). The caller has checked the
+    magic. FormatError names `path` (as messages show it) and what is wrong."""
+    cur = _Cursor(source, size, path)
     cur.take(4, "the magic")
     version = cur.u32("the GGUF version")
     if version not in SUPPORTED_VERSIONS:
@@ -352,5 +416,11 @@ def _read(buf, t: GGUFValueType, pos: int) -> tuple[Any, int]:
 
 def decode_value(buf, kv: KeyValue) -> Any:
     """The value of a record as Python data: int, float, bool, str (undecodable bytes replaced)
-    or a list (nested lists for arrays of arrays)."""
+    or a list (nested lists for arrays of arrays); buf holds the file's bytes from offset 0."""
     return _read(buf, kv.vtype, kv.value_offset)[0]
+
+
+def decode_record(record, kv: KeyValue) -> Any:
+    """decode_value of the bytes of kv's record alone (record = the file's bytes
+    kv.offset .. kv.offset + kv.size)."""
+    return _read(record, kv.vtype, kv.value_offset - kv.offset)[0]

@@ -6,16 +6,21 @@ repacked files, and what they say about a weight, live in pyq2.gguf.metadata.
 
 Reading (`open_gguf`)
     Only a regular file is opened (a FIFO, device or directory is refused before any read, so
-    nothing waits on a writer). The file is memory-mapped once; the header is parsed and checked
-    (gguf_header), values are decoded when asked for, and tensor bytes are read-only views of the
-    mapping. `GGUFFile.release()` drops the pages of bytes already used from this process, so
-    resident memory stays near one slice however large the file or its tensors are. Malformed
-    files raise pyq2.errors.FormatError naming the file and the problem.
+    nothing waits on a writer). The header is parsed and checked (pyq2.gguf.header), values are
+    decoded when asked for, and tensor bytes are read when asked for, a slice at a time. All of
+    it goes through pread; nothing is memory-mapped. A mapped page beyond the end of a file that
+    another process has cut meanwhile kills the reader with SIGBUS, which Python cannot catch; a
+    pread of it is a short read, and pyq2 says so in one FormatError naming the file and the
+    tensor (`GGUFFile.read`). No page stays resident once its array is gone, so memory stays near
+    one slice however large the file or its tensors are. Malformed files raise
+    pyq2.errors.FormatError naming the file (as errors.shown_path shows it) and the problem.
 
 Writing (`write_gguf`)
     Header, key/values and tensor infos are written first, then each tensor's bytes are asked
     for, written and dropped, so the model never sits in memory. Key/values copied from a source
     are copied as their raw bytes, which keeps every value type, array and order byte for byte.
+    A `LateValue` is a u32 key/value known only once the tensors are written (a tensor's
+    checksum): its place is written with 0 and filled in before the file is synced.
     Output goes to a temporary file in the destination directory that is fsynced and renamed over
     the destination at the end; on any failure (exception, KeyboardInterrupt, full disk) the
     temporary file is removed and no output exists. The commands write through pyq2.atomic,
@@ -25,19 +30,18 @@ Writing (`write_gguf`)
 
 from __future__ import annotations
 
-import mmap
 import os
 import stat
 import struct
 import tempfile
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from gguf import GGUFValueType
 
-from ..errors import FormatError, file_kind
+from ..errors import FormatError, file_kind, quoted, shown_path
 from . import metadata
 from .header import (
     DEFAULT_ALIGNMENT,
@@ -45,8 +49,9 @@ from .header import (
     SCALAR_FORMATS,
     KeyValue,
     Tensor,
-    decode_value,
+    decode_record,
     parse_header,
+    shrank,
 )
 from .metadata import WeightInfo
 from .types import F32, I8, PQ2_0, PTQ1_0, TQ2_0, type_name, type_nbytes
@@ -59,7 +64,9 @@ __all__ = [
     "TQ2_0",
     "GGUFFile",
     "GGUFValueType",
+    "CopiedRecord",
     "KeyValue",
+    "LateValue",
     "OutTensor",
     "Tensor",
     "encode_kv",
@@ -68,28 +75,29 @@ __all__ = [
     "write_gguf",
 ]
 
-# Page faults map a window around the faulting page (fault-around, 64 KB by default), so bytes
-# just before a released range may be mapped again: release() drops this much before it too.
-RELEASE_BEHIND = 1 << 20
-
-
 # --------------------------------------------------------------------------------- reading ----
 
+MAX_DECODED = 1 << 22  # elements of an array GGUFFile.value decodes (a vocabulary: 262144)
+COPY_CHUNK = 1 << 20  # bytes of a key/value record read at a time (kv_chunks, kv_source)
 
-def _check_regular(path: str, mode: int) -> None:
+
+def _check_regular(shown: str, mode: int) -> None:
     if stat.S_ISREG(mode):
         return
-    raise FormatError(f"{path} is {file_kind(mode)}: pyq2 reads GGUF files from regular files only")
+    raise FormatError(
+        f"{shown} is {file_kind(mode)}: pyq2 reads GGUF files from regular files only"
+    )
 
 
-def _open_regular(path: str) -> int:
-    """A read-only descriptor of the regular file at path. The type is checked before the open
-    (opening a FIFO for reading would wait for a writer) and again on the descriptor, in case
-    the path changed in between; O_NONBLOCK keeps even that open from waiting."""
-    _check_regular(path, os.stat(path).st_mode)  # OSError (missing, no access) to the caller
+def _open_regular(path: str, shown: str) -> int:
+    """A read-only descriptor of the regular file at path (`shown` in messages). The type is
+    checked before the open (opening a FIFO for reading would wait for a writer) and again on
+    the descriptor, in case the path changed in between; O_NONBLOCK keeps even that open from
+    waiting."""
+    _check_regular(shown, os.stat(path).st_mode)  # OSError (missing, no access) to the caller
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     try:
-        _check_regular(path, os.fstat(fd).st_mode)
+        _check_regular(shown, os.fstat(fd).st_mode)
     except BaseException:
         os.close(fd)
         raise
@@ -97,12 +105,17 @@ def _open_regular(path: str) -> int:
 
 
 class GGUFFile:
-    """A GGUF file opened for reading. Use as a context manager or call close()."""
+    """A GGUF file opened for reading. Use as a context manager or call close().
+
+    `path` is the path as messages show it (errors.shown_path: the path given, quoted as a shell
+    does when it holds a line break or another unprintable character); `file` is the path given.
+    """
 
     def __init__(self, path):
-        self.path = os.fspath(path)
-        self._mm: mmap.mmap | None = None
-        self._fd = _open_regular(self.path)
+        self.file = os.fspath(path)
+        self.path = shown_path(self.file)
+        self._fd = -1
+        self._fd = _open_regular(self.file, self.path)
         try:
             self.size = os.fstat(self._fd).st_size
             head = os.pread(self._fd, 8, 0)
@@ -112,8 +125,7 @@ class GGUFFile:
                     if head
                     else f"{self.path}: empty file"
                 )
-            self._mm = mmap.mmap(self._fd, self.size, access=mmap.ACCESS_READ)
-            header = parse_header(self._mm, self.size, self.path)
+            header = parse_header(self._fd, self.size, self.path)
         except BaseException:
             self.close()
             raise
@@ -126,26 +138,29 @@ class GGUFFile:
 
     # -- lifetime --
     def close(self) -> None:
-        mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # a caller still holds a tensor view; the mapping goes with it
         fd, self._fd = getattr(self, "_fd", -1), -1
         if fd >= 0:
             os.close(fd)
-
-    def _mapping(self) -> mmap.mmap:
-        if self._mm is None:
-            raise ValueError(f"{self.path} is closed")
-        return self._mm
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
         self.close()
+
+    # -- reading --
+    def read(self, offset: int, n: int, what: str) -> bytes:
+        """The file's n bytes at `offset` (with pread). FormatError when the file no longer has
+        them: it shrank after it was opened (another process is rewriting it)."""
+        if self._fd < 0:
+            raise ValueError(f"{self.path} is closed")
+        data = os.pread(self._fd, n, offset) if n else b""
+        while len(data) < n:  # pread may return less than asked near a signal: read on
+            more = os.pread(self._fd, n - len(data), offset + len(data))
+            if not more:
+                raise FormatError(f"{self.path}: {shrank(self._fd, self.size, what)}")
+            data += more
+        return data
 
     # -- key/values --
     def keys(self) -> list[str]:
@@ -165,39 +180,65 @@ class GGUFFile:
     def array_len(self, key: str) -> int:
         return self.fields[key].count
 
+    def value_bytes(self, key: str) -> int:
+        """Bytes of a key's value as stored (a string's length plus 8, an array's elements plus
+        12): what decoding it would read."""
+        kv = self.fields[key]
+        return kv.offset + kv.size - kv.value_offset
+
     def value(self, key: str, default=None) -> Any:
-        """Python value of a key (str, int, float, bool, or list for arrays), read when asked."""
+        """Python value of a key (str, int, float, bool, or list for arrays), read when asked.
+        FormatError for an array of more than MAX_DECODED elements (a Python object each; no
+        model's metadata has such an array, and a crafted one would take gigabytes)."""
         kv = self.fields.get(key)
         if kv is None:
             return default
-        return decode_value(self._mapping(), kv)
+        if kv.vtype == GGUFValueType.ARRAY and kv.count > MAX_DECODED:
+            raise FormatError(
+                f"{self.path}: key '{key}' is an array of {kv.count} elements; pyq2 decodes "
+                f"arrays of at most {MAX_DECODED}"
+            )
+        return decode_record(self.kv_record(key), kv)
+
+    def text_prefix(self, key: str, chars: int) -> tuple[str, int]:
+        """(the first `chars` characters or so of a string value, its length in bytes), reading
+        no more of it than that."""
+        kv = self.fields[key]
+        n = struct.unpack("<Q", self.read(kv.value_offset, 8, f"the value of key '{key}'"))[0]
+        head = self.read(kv.value_offset + 8, min(n, 4 * chars), f"the value of key '{key}'")
+        return head.decode("utf-8", errors="replace")[:chars], n
 
     def kv_record(self, key: str) -> bytes:
         """The complete key/value record (key, type, value) exactly as stored."""
         kv = self.fields[key]
-        return self._mapping()[kv.offset : kv.offset + kv.size]
+        return self.read(kv.offset, kv.size, f"key '{key}'")
+
+    def kv_chunks(self, key: str) -> Iterator[bytes]:
+        """kv_record's bytes, COPY_CHUNK at a time (a 100 MB array is never read whole)."""
+        kv = self.fields[key]
+        for at in range(0, kv.size, COPY_CHUNK):
+            yield self.read(kv.offset + at, min(COPY_CHUNK, kv.size - at), f"key '{key}'")
+
+    def kv_source(self, key: str) -> Record:
+        """The record to give write_gguf to copy it: its bytes, or for one of more than
+        COPY_CHUNK bytes a CopiedRecord, read from this file while it is written."""
+        kv = self.fields[key]
+        return self.kv_record(key) if kv.size <= COPY_CHUNK else CopiedRecord(self, key, kv.size)
 
     # -- tensors --
     def tensor(self, name: str) -> Tensor:
         return self._by_name[name]
 
     def data(self, t: Tensor, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """uint8 view of a tensor's bytes [start:stop) (memory-mapped, read-only)."""
+        """uint8 array of a tensor's bytes [start:stop) (read-only; read with pread, so a file
+        that shrinks meanwhile is a FormatError naming the tensor, not SIGBUS)."""
         stop = t.nbytes if stop is None else stop
-        return np.frombuffer(
-            self._mapping(), dtype=np.uint8, count=stop - start, offset=t.offset + start
-        )
+        what = f"tensor '{t.name}', bytes {start}..{stop} of {t.nbytes}"
+        return np.frombuffer(self.read(t.offset + start, stop - start, what), dtype=np.uint8)
 
     def release(self, t: Tensor, start: int = 0, stop: int | None = None) -> None:
-        """Drop the pages of a tensor's bytes from this process (they stay in the page cache)."""
-        if self._mm is None or not hasattr(self._mm, "madvise"):
-            return
-        stop = t.nbytes if stop is None else stop
-        page = mmap.PAGESIZE
-        lo = max(0, (t.offset + start - RELEASE_BEHIND) // page * page)
-        hi = min(-(-(t.offset + stop) // page) * page, len(self._mm))
-        if hi > lo:
-            self._mm.madvise(mmap.MADV_DONTNEED, lo, hi - lo)
+        """Kept for callers that drop what they have read: pyq2 reads with pread and maps
+        nothing, so no page of a tensor stays in this process once its array is gone."""
 
     def weight_info(self, t: Tensor) -> WeightInfo | None:
         """Describe a PQ2-family weight, or None for any other tensor (see pyq2.gguf.metadata).
@@ -206,7 +247,7 @@ class GGUFFile:
         if info is not None and (info.k < 1 or info.n < 1):
             raise FormatError(
                 f"{self.path}: tensor '{t.name}' ({type_name(info.source_type)}, "
-                f"{info.layout}) has shape {list(info.ne)}: a weight needs K >= 128 and "
+                f"{info.layout}) has shape {quoted(list(info.ne))}: a weight needs K >= 128 and "
                 f"at least one row"
             )
         return info
@@ -215,7 +256,7 @@ class GGUFFile:
         if t.nbytes != expected:
             raise FormatError(
                 f"{self.path}: tensor '{t.name}' holds {t.nbytes} bytes, but a "
-                f"{info.layout} {list(info.ne)} weight takes {expected}"
+                f"{info.layout} {quoted(list(info.ne))} weight takes {expected}"
             )
 
 
@@ -272,7 +313,41 @@ def typed(key: str, value: Any) -> tuple[Any, ...]:
     return (key, GGUFValueType.UINT32, value)
 
 
+@dataclass
+class LateValue:
+    """A UINT32 key/value whose value is set while the tensors are written (write_gguf fills
+    its place in the header in at the end)."""
+
+    key: str
+    value: int = 0
+
+    def record(self) -> bytes:
+        return encode_kv(self.key, GGUFValueType.UINT32, self.value)
+
+
 @dataclass(frozen=True)
+class CopiedRecord:
+    """A key/value record of an open file, copied into the output as it is written
+    (GGUFFile.kv_source): a huge one is never held whole."""
+
+    source: GGUFFile
+    key: str
+    size: int
+
+    def chunks(self) -> Iterator[bytes]:
+        return self.source.kv_chunks(self.key)
+
+
+Record = bytes | LateValue | CopiedRecord  # a key/value record as write_gguf takes it
+
+
+def _record_size(piece: Record) -> int:
+    if isinstance(piece, LateValue):
+        return len(piece.record())
+    return piece.size if isinstance(piece, CopiedRecord) else len(piece)
+
+
+@dataclass(frozen=True, slots=True)
 class OutTensor:
     name: str
     type_id: int
@@ -298,28 +373,36 @@ def _ti_record(t: OutTensor, rel_offset: int) -> bytes:
     )
 
 
-def _header(kv_records, tensors, alignment: int, version: int) -> bytes:
-    """Everything before the tensor data, padded to the alignment."""
-    head = [GGUF_MAGIC, struct.pack("<IQQ", version, len(tensors), len(kv_records))]
+def _header_pieces(
+    kv_records: Sequence[Record], tensors: Sequence[OutTensor], alignment: int, version: int
+) -> tuple[list, int]:
+    """(the pieces of everything before the tensor data, a LateValue standing for its record;
+    their length with the padding to the alignment)."""
+    head: list = [GGUF_MAGIC, struct.pack("<IQQ", version, len(tensors), len(kv_records))]
     head += list(kv_records)
     rel = 0
     for t in tensors:
         head.append(_ti_record(t, rel))
         rel += t.nbytes + _pad(t.nbytes, alignment)
-    header = b"".join(head)
-    return header + bytes(_pad(len(header), alignment))
+    n = sum(_record_size(p) for p in head)
+    return head, n + _pad(n, alignment)
 
 
-def file_size(kv_records, tensors, alignment: int = DEFAULT_ALIGNMENT, version: int = 3) -> int:
+def file_size(
+    kv_records: Sequence[Record],
+    tensors: Sequence[OutTensor],
+    alignment: int = DEFAULT_ALIGNMENT,
+    version: int = 3,
+) -> int:
     """Bytes write_gguf would write for these key/values and tensors."""
-    return len(_header(kv_records, tensors, alignment, version)) + sum(
+    return _header_pieces(kv_records, tensors, alignment, version)[1] + sum(
         t.nbytes + _pad(t.nbytes, alignment) for t in tensors
     )
 
 
 def write_gguf(
     path,
-    kv_records: Sequence[bytes],
+    kv_records: Sequence[Record],
     tensors: Sequence[OutTensor],
     tensor_data: Callable[[int, OutTensor], Iterable],
     *,
@@ -328,10 +411,12 @@ def write_gguf(
 ) -> int:
     """Write a GGUF file, streaming tensor data; returns the bytes written.
 
-    kv_records: complete records (from GGUFFile.kv_record or encode_kv), in file order.
-    tensor_data(i, t): an iterable of buffers (bytes, memoryview, uint8 arrays) that together hold
-    exactly t.nbytes bytes; it is called once per tensor, in order, after everything before that
-    tensor has been written. The file appears at `path` only when complete.
+    kv_records: complete records (from GGUFFile.kv_record or encode_kv), in file order, or
+    LateValues, whose values tensor_data may set: each is written where it stands once every
+    tensor is written. tensor_data(i, t): an iterable of buffers (bytes, memoryview, uint8
+    arrays) that together hold exactly t.nbytes bytes; it is called once per tensor, in order,
+    after everything before that tensor has been written. The file appears at `path` only when
+    complete.
     """
     path = os.fspath(path)
     if alignment <= 0 or alignment & (alignment - 1):
@@ -343,13 +428,25 @@ def write_gguf(
                 f"{type_name(t.type_id)} "
                 f"of shape {list(t.ne)}"
             )
+    head, head_bytes = _header_pieces(kv_records, tensors, alignment, version)
     directory = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(
         prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=directory
     )
     try:
         with os.fdopen(fd, "wb", buffering=1 << 20) as f:
-            _write(f, _header(kv_records, tensors, alignment, version))
+            late: list[tuple[int, LateValue]] = []
+            at = 0
+            for piece in head:
+                if isinstance(piece, LateValue):
+                    late.append((at, piece))
+                if isinstance(piece, CopiedRecord):
+                    for chunk in piece.chunks():
+                        _write(f, chunk)
+                else:
+                    _write(f, piece.record() if isinstance(piece, LateValue) else piece)
+                at += _record_size(piece)
+            _write(f, bytes(head_bytes - at))
             for i, t in enumerate(tensors):
                 written = 0
                 for chunk in tensor_data(i, t):
@@ -362,9 +459,12 @@ def write_gguf(
                 if written != t.nbytes:
                     raise ValueError(f"tensor '{t.name}': got {written} bytes, expected {t.nbytes}")
                 _write(f, bytes(_pad(t.nbytes, alignment)))
+            total = f.tell()
+            for at, value in late:  # the same length as the placeholder: a u32
+                f.seek(at)
+                _write(f, value.record())
             f.flush()
             os.fsync(f.fileno())
-            total = f.tell()
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes 0600; give the file ordinary permissions

@@ -13,6 +13,11 @@ recorded in metadata (format version FORMAT_VERSION, which is PQ2_FORMAT_VERSION
     pyq2.tensor.<name>.rt          u32     RT of the tile layout (1, 2, 4); 0 for planes
     pyq2.tensor.<name>.shape       u64[]   logical ne of the weight as gguf orders it: [K, N]
     pyq2.tensor.<name>.source_type u32     ggml type of the source: 142, 143 or 35
+    pyq2.tensor.<name>.crc32       u32     CRC-32 of the records of its other pyq2.tensor.*
+                                           keys (describing_keys) and of its bytes (last)
+
+Each key is held to its type (typed_value: "2" for an rt, floats for a shape are refused) and a
+missing one is named; FORMATS.md 5 is the specification, the checksum and its coverage included.
 
 A fused tensor (`pyq2 repack --fuse`, pyq2.offline.fuse) is such a weight whose rows are those of
 sibling weights one after another; four more keys say how to split it:
@@ -50,16 +55,18 @@ tell (member names and positions).
 from __future__ import annotations
 
 import math
+import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from gguf import GGUFValueType
 
-from ..errors import FormatError
+from ..errors import FormatError, quoted
 from ..keyvalues import KeyValues
 from ..spec import layouts
 from ..spec.formats import PQ2_BLOCK_WEIGHTS
+from .header import MAX_NAME_BYTES
 from .splits import Split
 from .types import I8, PQ2_FAMILY, type_name
 
@@ -72,11 +79,19 @@ TENSOR_KEY_PREFIX = KEY_PREFIX + "tensor."
 
 # The keys of a fused tensor, in file order (after its layout, rt, shape, source_type).
 MEMBER_ATTRS = ("members", "member_offsets", "member_rows", "member_positions")
+# The keys of every planes or tiles weight, in file order (then a fused tensor's MEMBER_ATTRS,
+# then CHECKSUM_ATTR).
+WEIGHT_ATTRS = ("layout", "rt", "shape", "source_type")
+MAX_MEMBERS = 64  # members of one fused tensor pyq2 reads (it writes 2 or 3)
+# The checksum of a planes or tiles tensor (after its other keys): CRC-32 of the records that
+# describe it and of its bytes (`describing_keys`, pyq2.gguf.contents checks it).
+CHECKSUM_ATTR = "crc32"
 
 TP_MAX = 1024  # the most shards of a set pyq2 reads or writes (GPUs of one host: far fewer)
 KEY_TP_SIZE = KEY_PREFIX + "tp.size"
 KEY_TP_RANK = KEY_PREFIX + "tp.rank"
 SPLIT_ATTRS = ("tp_axis", "tp_extent", "tp_pieces")  # per tensor of a shard, in file order
+MAX_PIECES = 4096  # elements of one tp_pieces array pyq2 reads (it writes a few start/stop pairs)
 
 # The layouts stored as I8 bytes plus metadata; raw weights stay plain ggml tensors.
 STORED_LAYOUTS = tuple(name for name in layouts.LAYOUT_NAMES if name != "raw")
@@ -112,18 +127,77 @@ def _rows(ne: tuple[int, ...]) -> int:
     return math.prod(ne[1:])  # exact Python integers: a crafted shape cannot overflow
 
 
+class _Missing:
+    pass
+
+
+_MISSING = _Missing()
+
+
+def _length(kv: KeyValues, key: str) -> int | None:
+    """Elements of an array key, known without decoding it (a GGUFFile knows; a dict does not)."""
+    array_len = getattr(kv, "array_len", None)
+    value_type = getattr(kv, "value_type", None)
+    if array_len is None or value_type is None or value_type(key) != GGUFValueType.ARRAY:
+        return None
+    return int(array_len(key))
+
+
+def _is_uint(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 64
+
+
+def typed_value(kv: KeyValues, key: str, kind: str, where: str, max_items: int = 0) -> Any:
+    """The value of pyq2 key `key`, held to its type: kind "str", "uint" (a non-negative
+    integer), "strs" or "uints" (arrays of them, at most `max_items` elements, counted before
+    the array is decoded). FormatError, naming the file (`where`) and the key, for a missing key
+    or a value of another type ("2" as a string, 2.0 as a float, true as a bool)."""
+    if not kv.has(key):
+        raise FormatError(f"{where}: incomplete pyq2 metadata (no {key})")
+    if kind in ("strs", "uints"):
+        n = _length(kv, key)
+        if n is not None and n > max_items:
+            raise FormatError(
+                f"{where}: {key} has {n} elements; pyq2 writes at most {max_items} there"
+            )
+    value = kv.value(key, _MISSING)
+    ok = {
+        "str": lambda v: isinstance(v, str),
+        "uint": _is_uint,
+        "strs": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+        "uints": lambda v: isinstance(v, list) and all(_is_uint(x) for x in v),
+    }[kind]
+    if not ok(value) or (kind in ("strs", "uints") and len(value) > max_items):
+        want = {
+            "str": "a string",
+            "uint": "an unsigned integer",
+            "strs": "an array of strings",
+            "uints": f"an array of at most {max_items} unsigned integers",
+        }[kind]
+        raise FormatError(f"{where}: {key} is {quoted(value)}, not {want}")
+    return value
+
+
 def weight_info(kv: KeyValues, name: str, type_id: int, ne: tuple[int, ...]) -> WeightInfo | None:
     """Describe the tensor `name` (ggml type type_id, shape ne) of the file kv if it is a
     PQ2-family weight, stored raw or repacked; None for any other tensor. FormatError names the
-    file and the tensor when its pyq2 metadata is missing, inconsistent or of another version."""
+    file and the tensor when its pyq2 metadata is missing (naming the key), of another type,
+    inconsistent or of another version. The checksum key must be there (an unsigned integer);
+    pyq2.gguf.contents checks it against the tensor's bytes."""
     if type_id in PQ2_FAMILY:
         return WeightInfo(type_id, "raw", 0, ne, ne[0], _rows(ne))
-    if not kv.has(tensor_key(name, "layout")):
-        return None
     where = f"{kv.path}: tensor '{name}'"
+    if not kv.has(tensor_key(name, "layout")):
+        rest = [a for a in (*WEIGHT_ATTRS[1:], CHECKSUM_ATTR) if kv.has(tensor_key(name, a))]
+        if rest:  # a weight whose layout key is gone must not pass as a plain I8 tensor
+            raise FormatError(
+                f"{where}: incomplete pyq2 metadata (no {tensor_key(name, 'layout')}, but "
+                f"{tensor_key(name, rest[0])})"
+            )
+        return None
     version = kv.value(KEY_FORMAT_VERSION)
-    if version != FORMAT_VERSION:
-        older = isinstance(version, int) and version < FORMAT_VERSION
+    if version != FORMAT_VERSION or not _is_uint(version):
+        older = _is_uint(version) and version < FORMAT_VERSION
         hint = (
             "written by an older pyq2 (version 2 changed the tiles lane order): repack the "
             "original GGUF again"
@@ -131,30 +205,34 @@ def weight_info(kv: KeyValues, name: str, type_id: int, ne: tuple[int, ...]) -> 
             else "upgrade pyq2"
         )
         raise FormatError(
-            f"{kv.path}: {KEY_FORMAT_VERSION} is {version!r}; this pyq2 reads version "
+            f"{kv.path}: {KEY_FORMAT_VERSION} is {quoted(version)}; this pyq2 reads version "
             f"{FORMAT_VERSION} ({hint})"
         )
-    try:
-        layout = kv.value(tensor_key(name, "layout"))
-        rt = int(kv.value(tensor_key(name, "rt")))
-        shape = tuple(int(x) for x in kv.value(tensor_key(name, "shape")))
-        source = int(kv.value(tensor_key(name, "source_type")))
-    except (TypeError, ValueError) as e:
-        raise FormatError(f"{where}: incomplete pyq2 metadata ({e})") from None
+    layout = typed_value(kv, tensor_key(name, "layout"), "str", where)
+    rt = typed_value(kv, tensor_key(name, "rt"), "uint", where)
+    shape = tuple(typed_value(kv, tensor_key(name, "shape"), "uints", where, max_items=2))
+    source = typed_value(kv, tensor_key(name, "source_type"), "uint", where)
+    if not kv.has(tensor_key(name, CHECKSUM_ATTR)):
+        raise FormatError(
+            f"{where}: incomplete pyq2 metadata (no {tensor_key(name, CHECKSUM_ATTR)}; a file "
+            f"repacked by a pyq2 older than its checksums: repack the original GGUF again)"
+        )
+    typed_value(kv, tensor_key(name, CHECKSUM_ATTR), "uint", where)
     if type_id != I8 or len(ne) != 1:
         raise FormatError(
             f"{where}: pyq2 layout metadata on a {type_name(type_id)} tensor of shape "
-            f"{list(ne)} (expected 1-D I8)"
+            f"{quoted(list(ne))} (expected 1-D I8)"
         )
     if (
         layout not in STORED_LAYOUTS
         or source not in PQ2_FAMILY
         or not 1 <= len(shape) <= 2
         or (layout == "tiles" and rt not in layouts.TILE_RTS)
+        or (layout == "planes" and rt != 0)
     ):
         raise FormatError(
-            f"{where}: bad pyq2 metadata layout={layout!r} rt={rt} shape={list(shape)} "
-            f"source_type={source}"
+            f"{where}: bad pyq2 metadata layout={quoted(layout)} rt={rt} "
+            f"shape={quoted(list(shape))} source_type={source}"
         )
     if shape[0] % PQ2_BLOCK_WEIGHTS:
         raise FormatError(f"{where}: K = {shape[0]} is not a multiple of {PQ2_BLOCK_WEIGHTS}")
@@ -162,9 +240,7 @@ def weight_info(kv: KeyValues, name: str, type_id: int, ne: tuple[int, ...]) -> 
 
 
 def _uints(value: Any) -> bool:
-    return isinstance(value, list) and all(
-        isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in value
-    )
+    return isinstance(value, list) and all(_is_uint(x) for x in value)
 
 
 def fused_members(kv: KeyValues, name: str, info: WeightInfo | None) -> tuple[Member, ...] | None:
@@ -181,21 +257,19 @@ def fused_members(kv: KeyValues, name: str, info: WeightInfo | None) -> tuple[Me
     if info is None or info.layout not in STORED_LAYOUTS:
         what = "not a PQ2-family weight" if info is None else f"a {info.layout} weight"
         raise FormatError(f"{where}: fused metadata on {what} (a fused tensor is planes or tiles)")
-    names, offsets, rows, positions = (kv.value(tensor_key(name, a)) for a in MEMBER_ATTRS)
-    if not (isinstance(names, list) and all(isinstance(n, str) for n in names)):
-        raise FormatError(f"{where}: {tensor_key(name, 'members')} is not an array of strings")
-    for attr, value in zip(MEMBER_ATTRS[1:], (offsets, rows, positions), strict=True):
-        if not _uints(value):
-            raise FormatError(f"{where}: {tensor_key(name, attr)} is not an array of integers")
+    names, offsets, rows, positions = (
+        typed_value(kv, tensor_key(name, a), kind, where, MAX_MEMBERS)
+        for a, kind in zip(MEMBER_ATTRS, ("strs", "uints", "uints", "uints"), strict=True)
+    )
     counts = [len(names), len(offsets), len(rows), len(positions)]
     if len(names) < 2 or len(set(counts)) > 1:
         raise FormatError(
             f"{where}: {counts[0]} members, {counts[1]} offsets, {counts[2]} row counts and "
             f"{counts[3]} positions (a fused tensor has at least 2 members, one of each per member)"
         )
-    bad = next((n for n in names if not n or not n.isprintable()), None)
+    bad = next((n for n in names if not n or len(n) > MAX_NAME_BYTES or not n.isprintable()), None)
     if bad is not None:
-        raise FormatError(f"{where}: member name {bad!r} is not a tensor name")
+        raise FormatError(f"{where}: member name {quoted(bad)} is not a tensor name")
     seen: set[str] = set()
     for n in names:
         if n in seen:
@@ -268,7 +342,51 @@ def key_values(
                 (tensor_key(name, "member_rows"), array, [m.rows for m in members], u64),
                 (tensor_key(name, "member_positions"), array, [m.position for m in members], u64),
             ]
+        items.append((tensor_key(name, CHECKSUM_ATTR), u32, 0))  # set as the tensor is written
     return items
+
+
+def start_checksum(description: Iterable[bytes]) -> int:
+    """The CRC-32 (zlib.crc32) of a tensor's description records, in order: its checksum is
+    this continued over its bytes, zlib.crc32(bytes, start)."""
+    crc = 0
+    for record in description:
+        crc = zlib.crc32(record, crc)
+    return crc
+
+
+def record_key(record: bytes) -> str:
+    """The key of an encoded key/value record."""
+    n = int.from_bytes(record[:8], "little")
+    return record[8 : 8 + n].decode("utf-8")
+
+
+def tensor_of_key(key: str) -> tuple[str, str] | None:
+    """(tensor name, attribute) of a key pyq2.tensor.<name>.<attr>, else None."""
+    if not key.startswith(TENSOR_KEY_PREFIX):
+        return None
+    name, dot, attr = key[len(TENSOR_KEY_PREFIX) :].rpartition(".")
+    return (name, attr) if dot else None
+
+
+def describing_keys(keys: Iterable[str]) -> dict[str, list[str]]:
+    """Per tensor name, the keys pyq2.tensor.<name>.* among `keys` (in their order) other than
+    its checksum: with a fused tensor's members' (their tensor-parallel keys), what the
+    checksum of a planes or tiles tensor covers besides its bytes (FORMATS.md 5)."""
+    out: dict[str, list[str]] = {}
+    for key in keys:
+        found = tensor_of_key(key)
+        if found is not None and found[1] != CHECKSUM_ATTR:
+            out.setdefault(found[0], []).append(key)
+    return out
+
+
+def description_keys(
+    index: Mapping[str, list[str]], name: str, members: Sequence[str] = ()
+) -> list[str]:
+    """The keys a tensor's checksum covers (`index` from describing_keys): its own, in file
+    order, then each member's, member after member in row order."""
+    return [k for n in (name, *members) for k in index.get(n, ())]
 
 
 def shard_of(kv: KeyValues) -> tuple[int, int] | None:
@@ -279,8 +397,8 @@ def shard_of(kv: KeyValues) -> tuple[int, int] | None:
     size, rank = kv.value(KEY_TP_SIZE), kv.value(KEY_TP_RANK)
     if not _uints([size, rank]) or not 2 <= size <= TP_MAX or not rank < size:
         raise FormatError(
-            f"{kv.path}: {KEY_TP_SIZE} = {size!r} and {KEY_TP_RANK} = {rank!r} are not a "
-            f"tensor-parallel size of at least 2 (at most {TP_MAX}) and a rank below it"
+            f"{kv.path}: {KEY_TP_SIZE} = {quoted(size)} and {KEY_TP_RANK} = {quoted(rank)} are "
+            f"not a tensor-parallel size of at least 2 (at most {TP_MAX}) and a rank below it"
         )
     return size, rank
 
@@ -298,17 +416,14 @@ def tensor_split(
     if len(present) < len(SPLIT_ATTRS):
         missing = [tensor_key(name, a) for a in SPLIT_ATTRS if a not in present]
         raise FormatError(f"{where}: incomplete tensor-parallel metadata (no {', '.join(missing)})")
-    axis, extent, flat = (kv.value(tensor_key(name, a)) for a in SPLIT_ATTRS)
-    if (
-        not _uints([axis, extent])
-        or axis >= max(len(ne), 1)
-        or not _uints(flat)
-        or not flat
-        or len(flat) % 2
-    ):
+    axis, extent, flat = (
+        typed_value(kv, tensor_key(name, a), kind, where, MAX_PIECES)
+        for a, kind in zip(SPLIT_ATTRS, ("uint", "uint", "uints"), strict=True)
+    )
+    if axis >= max(len(ne), 1) or not flat or len(flat) % 2:
         raise FormatError(
-            f"{where}: bad tensor-parallel metadata axis={axis!r} extent={extent!r} "
-            f"pieces={flat!r} (an axis of the tensor, a size, start/stop pairs)"
+            f"{where}: bad tensor-parallel metadata axis={axis} extent={extent} "
+            f"pieces={quoted(flat)} (an axis of the tensor, a size, start/stop pairs)"
         )
     pieces = tuple(zip(flat[0::2], flat[1::2], strict=True))
     end = 0

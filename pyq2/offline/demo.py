@@ -93,6 +93,7 @@ def write_demo_model(
     k_heads: int = 2,
     attention_interval: int = 2,
     head: str = "next",
+    force: bool = True,
 ) -> Path:
     """Write the demo model to `path` (same seed and sizes give the same bytes) and return it.
     Layer i is full attention when (i + 1) % attention_interval == 0, else Gated-DeltaNet.
@@ -171,7 +172,8 @@ def write_demo_model(
         else:
             kv.append((key, types[type(value)], value))
     records = [gguf_io.encode_kv(*item) for item in kv]
-    with atomic.atomic_output(path, force=True) as staged:
+    atomic.check_output(os.fspath(path), force)
+    with atomic.atomic_output(path, force=force) as staged:
         gguf_io.write_gguf(staged, records, [t for t, _ in tensors], lambda i, t: (tensors[i][1],))
     return Path(path)
 
@@ -202,16 +204,24 @@ def write_float_twin(src, path) -> Path:
     return Path(path)
 
 
-def run_demo(out_dir=None, echo=print, keep: bool = False, then=None) -> dict:
+DEMO_FILES = ("demo-bonsai-pq2.gguf", "demo-bonsai-pq2.pyq2-tiles.gguf")
+
+
+def run_demo(out_dir=None, echo=print, keep: bool = False, then=None, force: bool = False) -> dict:
     """Generate the demo model in out_dir, repack it to tiles, verify, and echo info and the
     summary; then `then(result)` while the files are there (the command generates text from the
     repacked file). Returns the paths and results.
 
-    Without out_dir the files go to a new temporary directory, removed at the end (the returned
-    paths then name removed files) unless `keep`; the last line echoed says which.
+    In out_dir, a demo file (DEMO_FILES) that exists, or a symlink in its place, is refused
+    before anything is written (RepackError) unless `force`, which replaces it (through a
+    symlink, its target, as repack --force does). Without out_dir the files go to a new
+    temporary directory, removed at the end (the returned paths then name removed files) unless
+    `keep`; the last line echoed says which.
     """
     if out_dir is not None:
-        return _demo_in(Path(out_dir), echo, then)
+        for name in DEMO_FILES:
+            atomic.check_output(os.path.join(out_dir, name), force)
+        return _demo_in(Path(out_dir), echo, then, force)
     tmp: str | None = None
     try:
         with interrupts.deferred():
@@ -228,11 +238,11 @@ def run_demo(out_dir=None, echo=print, keep: bool = False, then=None) -> dict:
     return result
 
 
-def _demo_in(out_dir: Path, echo, then=None) -> dict:
+def _demo_in(out_dir: Path, echo, then=None, force: bool = True) -> dict:
     os.makedirs(out_dir, exist_ok=True)
-    model = write_demo_model(out_dir / "demo-bonsai-pq2.gguf")
+    model = write_demo_model(out_dir / DEMO_FILES[0], force=force)
     echo(f"generated {model} ({model.stat().st_size / 1e6:.2f} MB, seed 0)")
-    summary = repack(model, layout="tiles", rt=2, force=True)
+    summary = repack(model, out_dir / DEMO_FILES[1], layout="tiles", rt=2, force=force)
     result = verify(model, summary.out_path)
     echo("")
     echo(format_info(summary.out_path))

@@ -111,7 +111,7 @@ def plan_groups(
 # ---- the tensors of a repacked file ----------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Output:
     """One tensor of a repack's output: its parts in the source (the members, for a fused
     tensor), what it is (a WeightInfo, None for a pass-through tensor) and how it is stored."""
@@ -122,8 +122,15 @@ class Output:
     members: tuple[Member, ...] = ()
 
 
+# The tiles layout pads a weight to whole tiles of 16*RT rows. A weight of fewer rows than a tile
+# is padded up to 63 times its size (one row at rt 4); a repack refuses that past this many bytes
+# of padding (a real model's weights pad at most a few hundred KB each: 63 rows of K = 17408).
+PADDING_LIMIT = 16 << 20
+
+
 def stored_as(name: str, info: WeightInfo, layout: str, rt: int) -> OutTensor:
-    """How a weight of logical shape info.ne is stored in `layout`."""
+    """How a weight of logical shape info.ne is stored in `layout`. RepackError when the tiles
+    padding would be more than PADDING_LIMIT and more than the weight's own bytes."""
     if layout == "raw":
         return OutTensor(name, PQ2_0, info.ne, formats.pq2_matrix_bytes(info.n, info.k))
     if len(info.ne) > 2:
@@ -132,6 +139,17 @@ def stored_as(name: str, info: WeightInfo, layout: str, rt: int) -> OutTensor:
             f"holds 2-D matrices only (use --layout raw)"
         )
     nbytes = layouts.layout_bytes(layout, info.n, info.k, rt)
+    padding = nbytes - formats.pq2_matrix_bytes(info.n, info.k)
+    if padding > max(PADDING_LIMIT, nbytes - padding):
+        tr = layouts.tile_rows(layout, rt)
+        raise RepackError(
+            f"tensor '{name}' has {info.n} rows of K = {info.k}: the tiles layout (rt {rt}) "
+            f"pads it to {layouts.stored_rows(layout, info.n, rt)} rows, {padding / 1e6:.1f} MB "
+            f"of padding for {(nbytes - padding) / 1e6:.1f} MB of weights; pyq2 refuses padding "
+            f"of more than {PADDING_LIMIT >> 20} MiB that is larger than the weight itself (no "
+            f"model has such a weight: its rows are fewer than one {tr}-row tile and very long). "
+            f"Use --layout planes, which pads nothing"
+        )
     return OutTensor(name, I8, (nbytes,), nbytes)
 
 

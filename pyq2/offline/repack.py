@@ -5,11 +5,18 @@ lossless) and every weight an earlier pyq2 run repacked is converted to the requ
 ("raw", "planes" or "tiles"; pyq2.gguf.metadata says how planes/tiles weights are stored). All other
 tensors and all metadata pass through byte for byte (key/values as the raw bytes of their
 records). The file is streamed: weights are read, checked and converted in slices of rows,
-whatever layout they are stored in, other tensors copied in chunks, and every piece is written
-and dropped before the next is read, into a temporary file that replaces OUT only when complete.
-Peak memory is therefore a few slices plus the scale region of the largest weight or fused
-tensor (1/17 of its bytes, kept until its code region is written), whatever the size of the
-model (tools/bench/repack_memory.py measures it).
+whatever layout they are stored in (in blocks of rows and columns where a row is too wide for a
+slice: weights.column_mode), other tensors and large key/values copied in chunks, and every
+piece is written and dropped before the next is read, into a temporary file that replaces OUT
+only when complete. The scale pieces of a weight (1/17 of its bytes) wait for its code region
+in memory up to SPOOL_MEMORY, beyond that in an unnamed temporary file. Peak memory is therefore
+a few slices, whatever the size of the model or the shape of its weights
+(tools/bench/repack_memory.py and tools/bench/hostile_memory.py measure it; docs/cli.md).
+
+Each planes or tiles weight gets its checksum (pyq2.tensor.<name>.crc32, FORMATS.md 5): the
+CRC-32 of its describing key/values and of its bytes, computed as they are written and filled in
+the header at the end (pyq2.gguf.io.LateValue). A tiles layout that would pad a weight of fewer
+rows than a tile to many times its size is refused (pyq2.offline.fuse.PADDING_LIMIT).
 
 With `fuse`, the sibling projections that read one activation (pyq2.offline.fuse) are written as one
 fused tensor each, their rows one after another, streamed member after member; a fused source
@@ -22,26 +29,27 @@ pyq2.offline.verify proves a repacked file holds the same weights as its source.
 from __future__ import annotations
 
 import os
+import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from .. import atomic
-from ..errors import FormatError, RepackError
+from ..errors import FormatError, RepackError, shown_path
 from ..gguf import io as gguf_io
 from ..gguf import metadata
 from ..gguf import weights as weight_io
 from ..gguf.contents import Entry, read_contents
 from ..gguf.io import GGUFFile, OutTensor
-from ..gguf.weights import Backend
+from ..gguf.weights import Backend, Progress
 from ..spec import formats, layouts
 from . import fuse as fuse_mod
 from . import shard
-
-Progress = Callable[[int, int, str], None]  # (bytes done, bytes total, tensor name)
 
 
 @dataclass
@@ -85,9 +93,9 @@ class Summary:
                     layout += f", {n} sibling group{' stays' if n == 1 else 's stay'} separate"
         if self.dry_run and self.out_exists:
             layout += "; it exists: " + ("--force replaces it" if self.force else "needs --force")
-        where = self.out_path
+        where = shown_path(self.out_path)
         if self.shards:
-            where = ", ".join(self.shards)
+            where = ", ".join(shown_path(p) for p in self.shards)
             layout += f"; {len(self.shards)} tensor-parallel shards, counts summed over them"
         return (
             f"{what} {where} ({layout}): {self.converted} tensors converted, "
@@ -97,47 +105,143 @@ class Summary:
         )
 
 
+SPOOL_MEMORY = 32 << 20  # scale bytes kept in memory before they go to a temporary file
+
+
+class _Spool:
+    """The scale pieces of one output weight, kept until its code region is written: in memory
+    up to SPOOL_MEMORY bytes, then in an unnamed temporary file in `directory` (the run's own
+    temporary directory, or the system's for a dry run), which leaves nothing behind."""
+
+    def __init__(self, directory: str | None):
+        self.directory, self.size = directory, 0
+        self.held: list[np.ndarray] = []
+        self.file: IO[bytes] | None = None
+
+    def add(self, piece: np.ndarray) -> None:
+        self.size += piece.nbytes
+        if self.file is None and self.size <= SPOOL_MEMORY:
+            self.held.append(np.array(piece))
+            return
+        if self.file is None:
+            self.file = tempfile.TemporaryFile(dir=self.directory)
+            for held in self.held:
+                self.file.write(held.tobytes())
+            self.held = []
+        self.file.write(np.ascontiguousarray(piece).tobytes())
+
+    def pieces(self) -> Iterator[np.ndarray]:
+        if self.file is None:
+            yield from self.held
+            self.held = []
+            return
+        try:
+            self.file.seek(0)
+            while chunk := self.file.read(weight_io.PASS_CHUNK):
+                yield np.frombuffer(chunk, np.uint8)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def _row_slices(
+    backend: Backend, gf: GGUFFile, part: Entry, layout: str, rt: int
+) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """(code piece, scale piece) of a part converted a slice of whole rows at a time; for the
+    raw layout (raw blocks, None)."""
+    assert part.info is not None and part.stored is not None
+    k = part.info.k
+    g = k // formats.PQ2_BLOCK_WEIGHTS
+    row_bytes = formats.pq2_matrix_bytes(1, k)
+    rows = weight_io.slice_rows(
+        k, layouts.tile_rows(layout, rt), weight_io.stored_tile_rows(part.stored)
+    )
+    for r0, raw in part.slices(backend, gf, rows):
+        formats.check_scales(raw, blocks_per_row=g, tensor=part.name, first_row=r0)
+        if layout == "raw":
+            yield raw, None
+            continue
+        n = len(raw) // row_bytes
+        out = backend.convert(raw, n, k, "raw", layout, 0, rt)
+        code_bytes, _ = layouts.region_bytes(layout, n, k, rt)
+        yield out[:code_bytes], out[code_bytes:]
+        del out, raw
+
+
+def _column_blocks(
+    backend: Backend, gf: GGUFFile, part: Entry, layout: str, rt: int
+) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
+    """The same pieces, for rows too wide for a slice (weights.column_mode): one tile of output
+    rows (one row for raw and planes) and a range of 128-groups at a time, in the order of the
+    output's regions (FORMATS.md 2: tiles store tile by tile, group by group; planes and raw
+    row by row), so that code pieces still come in file order and scale pieces too."""
+    assert part.info is not None and part.stored is not None
+    k, n = part.info.k, part.info.n
+    g = k // formats.PQ2_BLOCK_WEIGHTS
+    band = layouts.tile_rows(layout, rt)
+    cols = weight_io.block_groups(k, max(band, weight_io.stored_tile_rows(part.stored)))
+    for r0 in range(0, n, band):
+        r1 = min(r0 + band, n)
+        for g0 in range(0, g, cols):
+            g1 = min(g0 + cols, g)
+            raw = part.block(backend, gf, r0, r1, g0, g1)
+            weight_io.check_block_scales(raw, g1 - g0, part.name, r0, g0)
+            if layout == "raw":
+                yield raw, None
+                continue
+            width = (g1 - g0) * formats.PQ2_BLOCK_WEIGHTS
+            out = backend.convert(raw, r1 - r0, width, "raw", layout, 0, rt)
+            code_bytes, _ = layouts.region_bytes(layout, r1 - r0, width, rt)
+            yield out[:code_bytes], out[code_bytes:]
+            del out, raw
+
+
 def convert_weight(
-    backend: Backend, gf: GGUFFile, parts: Sequence[Entry], layout: str, rt: int
+    backend: Backend,
+    gf: GGUFFile,
+    parts: Sequence[Entry],
+    layout: str,
+    rt: int,
+    spool_dir: str | None = None,
 ) -> Iterator[np.ndarray]:
     """Yield the bytes of one output weight in `layout`: the rows of `parts` one after another
     (one weight, or the members of a fused tensor), checking every scale on the way.
 
-    Each part is converted in slices of whole rows (Entry.slices). For a slice of rows that
-    starts at a multiple of the tile height, the planes/tiles bytes of the slice are one
-    contiguous piece of the matrix's code region followed by one contiguous piece of its scale
-    region (FORMATS.md, "Slices"); every part but the last is whole tiles (pyq2.offline.fuse), so
-    that holds across parts too. The code pieces are written as they come and the scale pieces (1/17
-    of the bytes) are kept and written after them.
+    Each part is converted in slices of whole rows (Entry.slices), or, where a slice of whole
+    rows would be wider than weights.CONVERT_CHUNK, in blocks of rows and columns (Entry.block,
+    _column_blocks). For a slice of rows that starts at a multiple of the tile height, the
+    planes/tiles bytes of the slice are one contiguous piece of the matrix's code region
+    followed by one contiguous piece of its scale region (FORMATS.md, "Slices"); every part but
+    the last is whole tiles (pyq2.offline.fuse), so that holds across parts too. The code pieces
+    are written as they come and the scale pieces (1/17 of the bytes) are kept (_Spool: in a
+    temporary file in spool_dir beyond SPOOL_MEMORY) and written after them.
     """
     k = parts[0].info.k if parts[0].info is not None else 0
-    g = k // formats.PQ2_BLOCK_WEIGHTS
-    row_bytes = formats.pq2_matrix_bytes(1, k)
-    scale_parts = []
-    for part in parts:
-        stored = part.stored
-        assert stored is not None
-        rows = weight_io.slice_rows(
-            k, layouts.tile_rows(layout, rt), weight_io.stored_tile_rows(stored)
-        )
-        for r0, raw in part.slices(backend, gf, rows):
-            formats.check_scales(raw, blocks_per_row=g, tensor=part.name, first_row=r0)
-            if layout == "raw":
-                yield raw
-                continue
-            n = len(raw) // row_bytes
-            out = backend.convert(raw, n, k, "raw", layout, 0, rt)
-            code_bytes, _ = layouts.region_bytes(layout, n, k, rt)
-            yield out[:code_bytes]
-            scale_parts.append(np.array(out[code_bytes:]))
-            del out, raw
-    yield from scale_parts
+    spool = _Spool(spool_dir)
+    try:
+        for part in parts:
+            assert part.stored is not None
+            tall = (layouts.tile_rows(layout, rt), weight_io.stored_tile_rows(part.stored))
+            wide = weight_io.column_mode(k, *tall)
+            pieces = (_column_blocks if wide else _row_slices)(backend, gf, part, layout, rt)
+            for codes, scales in pieces:
+                yield codes
+                if scales is not None:
+                    spool.add(scales)
+                del codes, scales
+        yield from spool.pieces()
+    finally:
+        spool.close()
 
 
 def _write(
     gf: GGUFFile,
     entries: Sequence[Entry],
-    records: list[bytes],
+    records: Sequence[gguf_io.Record],
     summary: Summary,
     ops: Backend,
     staged: str | None,
@@ -160,12 +264,26 @@ def _write(
                     notice(f"--fuse: {line}")
     plan = fuse_mod.output_plan(entries, groups, layout, rt)
     weights = [(it.out.name, it.info) for it in plan if it.info is not None]
+    out_records: list[gguf_io.Record] = list(records)
+    checksums: dict[str, gguf_io.LateValue] = {}  # set as each weight is written
     if layout != "raw" and weights:
         # A file without PQ2-family weights stays a plain GGUF file, identical to IN.
         fused = {it.out.name: it.members for it in plan if it.members}
-        kvs = metadata.key_values(layout, rt, weights, fused)
-        records = records + [gguf_io.encode_kv(*kv) for kv in kvs]
+        for kv in metadata.key_values(layout, rt, weights, fused):
+            found = metadata.tensor_of_key(kv[0])
+            if found is not None and found[1] == metadata.CHECKSUM_ATTR:
+                checksums[found[0]] = gguf_io.LateValue(kv[0])
+                out_records.append(checksums[found[0]])
+            else:
+                out_records.append(gguf_io.encode_kv(*kv))
+    described = {  # the records a checksum covers (metadata.describing_keys), by key
+        key: r
+        for r in out_records
+        if isinstance(r, bytes) and (key := metadata.record_key(r)).startswith(metadata.KEY_PREFIX)
+    }
+    index = metadata.describing_keys(described)
     outs = [it.out for it in plan]
+    spool_dir = os.path.dirname(os.path.abspath(staged)) if staged is not None else None
 
     def tensor_data(i: int, out: OutTensor) -> Iterator:
         nonlocal done
@@ -180,7 +298,16 @@ def _write(
                 yield b""
             summary.passed += 1
             return
-        yield from convert_weight(ops, gf, item.parts, layout, rt)
+        late = checksums.get(out.name)
+        members = [m.name for m in item.members]
+        keys = metadata.description_keys(index, out.name, members) if late else []
+        crc = metadata.start_checksum(described[k] for k in keys)
+        for chunk in convert_weight(ops, gf, item.parts, layout, rt, spool_dir):
+            if late is not None:
+                crc = zlib.crc32(np.ascontiguousarray(chunk).data, crc)
+            yield chunk
+        if late is not None:
+            late.value = crc
         done += sum(e.nbytes for e in item.parts)
         summary.converted += len(item.parts)
         if item.members:
@@ -194,10 +321,10 @@ def _write(
             for i, out in enumerate(outs):
                 for chunk in tensor_data(i, out):
                     del chunk
-            summary.bytes_out += gguf_io.file_size(records, outs, gf.alignment, gf.version)
+            summary.bytes_out += gguf_io.file_size(out_records, outs, gf.alignment, gf.version)
         else:
             summary.bytes_out += gguf_io.write_gguf(
-                staged, records, outs, tensor_data, alignment=gf.alignment, version=gf.version
+                staged, out_records, outs, tensor_data, alignment=gf.alignment, version=gf.version
             )
     except FormatError as e:
         if not str(e).startswith(gf.path):
@@ -233,7 +360,8 @@ def _check_out_name(in_path: str, out_path: str, layout: str) -> None:
         what = "is" if os.path.isdir(out_path) else "names"
         example = os.path.join(out_path, default_out_path(in_path, layout).name)
         raise RepackError(
-            f"output {out_path} {what} a directory; -o names the file, e.g. {example}"
+            f"output {shown_path(out_path)} {what} a directory; -o names the file, e.g. "
+            f"{shown_path(example)}"
         )
 
 
@@ -244,7 +372,7 @@ def _check_file(in_path: str, out_path: str, force: bool, dry_run: bool) -> bool
     if not same and os.path.exists(out_path):
         same = os.path.samefile(in_path, out_path)
     if same:
-        raise RepackError(f"output {out_path} is the input file; choose another -o")
+        raise RepackError(f"output {shown_path(out_path)} is the input file; choose another -o")
     return atomic.check_output(out_path, force, dry_run)
 
 
@@ -331,7 +459,9 @@ def repack(
                 f"model (pyq2 repack --tp G MODEL)"
             )
         contents = read_contents(gf)
-        records = [gf.kv_record(k) for k in gf.keys() if not k.startswith(metadata.KEY_PREFIX)]
+        records: list[gguf_io.Record] = [
+            gf.kv_source(k) for k in gf.keys() if not k.startswith(metadata.KEY_PREFIX)
+        ]
         files = [(contents.entries, records)]
         if tp:
             try:
@@ -344,7 +474,7 @@ def repack(
             files = []
             for rank in range(tp):
                 entries = shard.shard_entries(gf, contents, plan, rank)
-                files.append((entries, records + shard.split_records(entries, tp, rank)))
+                files.append((entries, [*records, *shard.split_records(entries, tp, rank)]))
         # one progress over all files: each file's bytes after those of the files before it
         sizes = [sum(e.nbytes for e in entries) for entries, _ in files]
         before = [sum(sizes[:i]) for i in range(len(files))]

@@ -78,6 +78,34 @@ class ShardEntry(Entry):
         if have:
             yield out_row, np.concatenate(held)
 
+    def block(
+        self, backend: weight_io.Backend, gf: GGUFFile, a: int, b: int, g0: int, g1: int
+    ) -> np.ndarray:
+        """Rows [a, b) and groups [g0, g1) of the rank's part (Entry.block): the source's rows
+        or groups the part's stand for, read run by contiguous run."""
+        src, split = self._cut()
+        assert src.info is not None
+        pieces = split.pieces[self.rank]
+        if split.axis == 1:  # the part's rows are the pieces' rows one after another
+            out, at = [], 0
+            for p0, p1 in pieces:
+                lo, hi = max(a, at), min(b, at + p1 - p0)
+                if lo < hi:
+                    out.append(src.block(backend, gf, p0 + lo - at, p0 + hi - at, g0, g1))
+                at += p1 - p0
+            return np.concatenate(out) if len(out) > 1 else out[0]
+        groups = piece_indices(pieces, PQ2_BLOCK_WEIGHTS)[g0:g1]  # the source's groups
+        runs, start = [], 0
+        for i in range(1, len(groups) + 1):
+            if i == len(groups) or groups[i] != groups[i - 1] + 1:
+                runs.append((int(groups[start]), int(groups[i - 1]) + 1))
+                start = i
+        parts = [
+            src.block(backend, gf, a, b, r0, r1).reshape(b - a, r1 - r0, PQ2_BLOCK_BYTES)
+            for r0, r1 in runs
+        ]
+        return np.concatenate(parts, axis=1).reshape(-1)
+
     def out_tensor(self) -> OutTensor:
         src, split = self._cut()
         t = src.tensor

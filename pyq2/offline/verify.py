@@ -18,6 +18,7 @@ original as above.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 from dataclasses import dataclass
 
@@ -45,12 +46,15 @@ class VerifyResult:
     shards: int = 0  # tensor-parallel shards compared (0: one whole file)
 
 
-def _first_block_mismatch(name: str, a: np.ndarray, b: np.ndarray, k: int, row0: int) -> str:
-    """Describe the first differing PQ2_0 block of two equal-length raw buffers of rows row0..."""
+def _first_block_mismatch(
+    name: str, a: np.ndarray, b: np.ndarray, k: int, row0: int, g0: int = 0
+) -> str:
+    """Describe the first differing PQ2_0 block of two equal-length raw buffers of rows row0...
+    (k wide, from 128-group g0 of the row on)."""
     ba, bb = a.reshape(-1, PQ2_BLOCK_BYTES), b.reshape(-1, PQ2_BLOCK_BYTES)
     i = int(np.argmax((ba != bb).any(axis=1)))
     g = k // PQ2_BLOCK_WEIGHTS
-    row, blk = row0 + i // g, i % g
+    row, blk = row0 + i // g, g0 + i % g
     ca, da = pq2_unpack(ba[i])
     cb, db = pq2_unpack(bb[i])
     if ba[i, :2].tobytes() != bb[i, :2].tobytes():
@@ -83,12 +87,30 @@ def _compare_metadata(fa: GGUFFile, fb: GGUFFile) -> str | None:
     for ka, kb in zip(keys_a, keys_b, strict=False):  # a longer list is reported below
         if ka != kb:
             return f"metadata differs: key '{ka}' vs '{kb}'"
-        if fa.kv_record(ka) != fb.kv_record(kb):
+        if fa.fields[ka].size != fb.fields[kb].size or any(
+            ca != cb for ca, cb in zip(fa.kv_chunks(ka), fb.kv_chunks(kb), strict=True)
+        ):
             return f"metadata key '{ka}' has a different type or value"
     if len(keys_a) != len(keys_b):
         longer, shorter = (keys_a, keys_b) if len(keys_a) > len(keys_b) else (keys_b, keys_a)
         return f"metadata key '{longer[len(shorter)]}' is only in one file"
     return None
+
+
+def _blocks(ops: Backend, a: Entry, fa: GGUFFile, b: Entry, fb: GGUFFile, band: int):
+    """(row, group, width, raw of a, raw of b) of the same blocks of `band` rows (whole tiles of
+    both stored layouts) and a range of groups, from both files (weights.read_block)."""
+    assert a.info is not None
+    k, n = a.info.k, a.info.n
+    g = k // PQ2_BLOCK_WEIGHTS
+    cols = weight_io.block_groups(k, band)
+    for r0 in range(0, n, band):
+        r1 = min(r0 + band, n)
+        for g0 in range(0, g, cols):
+            g1 = min(g0 + cols, g)
+            ra = a.block(ops, fa, r0, r1, g0, g1)
+            rb = b.block(ops, fb, r0, r1, g0, g1)
+            yield r0, g0, (g1 - g0) * PQ2_BLOCK_WEIGHTS, ra, rb
 
 
 def _compare_entry(
@@ -119,12 +141,17 @@ def _compare_entry(
     if wa.ne != wb.ne:
         return f"tensor '{a.name}': logical shape {list(wa.ne)} vs {list(wb.ne)}"
     # The same rows from both files (the shapes are equal), on the tiles of both.
-    rows = weight_io.slice_rows(wa.k, stored_tile_rows(wa), stored_tile_rows(wb))
-    slices_a, slices_b = a.slices(ops, fa, rows), b.slices(ops, fb, rows)
-    for (r0, ra), (_, rb) in zip(slices_a, slices_b, strict=True):
+    tall = (stored_tile_rows(a.stored or wa), stored_tile_rows(b.stored or wb))
+    if weight_io.column_mode(wa.k, *tall):  # rows too wide for a slice: blocks of them
+        pairs = _blocks(ops, a, fa, b, fb, math.lcm(*tall))
+    else:
+        rows = weight_io.slice_rows(wa.k, *tall)
+        slices = zip(a.slices(ops, fa, rows), b.slices(ops, fb, rows), strict=True)
+        pairs = ((r0, 0, wa.k, ra, rb) for (r0, ra), (_, rb) in slices)
+    for r0, g0, width, ra, rb in pairs:
         if not np.array_equal(ra, rb):
             places = [f"{e.place} in {f.path}" for e, f in ((a, fa), (b, fb)) if e.fused]
-            return _first_block_mismatch(a.name, np.asarray(ra), np.asarray(rb), wa.k, r0) + (
+            return _first_block_mismatch(a.name, np.asarray(ra), np.asarray(rb), width, r0, g0) + (
                 f" ({'; '.join(places)})" if places else ""
             )
     res.weights += 1

@@ -20,7 +20,7 @@ from pyq2.plan.decode import Dims
 from pyq2.spec import formats, layouts
 from pyq2.spec.rotation import contract_keys
 
-from ..conftest import listing, patched, random_pq2, ternary_pq2, write_gguf_file
+from ..conftest import listing, patched, random_pq2, reseal, ternary_pq2, write_gguf_file
 
 # ---- models -------------------------------------------------------------------------------
 
@@ -303,6 +303,7 @@ def test_fused_metadata(tmp_path, demo):
             "shape",
             "source_type",
             *metadata.MEMBER_ATTRS,
+            metadata.CHECKSUM_ATTR,
         ]
         info = f.weight_info(f.tensor(name))
         members = metadata.fused_members(f, name, info)
@@ -411,7 +412,7 @@ BAD = {
     ),
     "names-type": (
         {_key("members"): _u64([1, 2, 3])},
-        f"{_key('members')} is not an array of strings",
+        f"{_key('members')} is [1, 2, 3], not an array of strings",
     ),
 }
 
@@ -499,7 +500,7 @@ def test_non_finite_scale_read_from_a_fused_file_names_the_member(tmp_path, fuse
             np.float16(np.inf).tobytes()
         )
 
-    bad = patched(good, tmp_path / "bad.gguf", poison)
+    bad = reseal(patched(good, tmp_path / "bad.gguf", poison))
     with pytest.raises(FormatError, match=rf"tensor '{ATTN[1]}': row 3, block 0 has scale inf"):
         repack(bad, tmp_path / "o.gguf", layout="raw")
     assert listing(tmp_path) == ["bad.gguf"]

@@ -465,9 +465,13 @@ def test_pyq2_shape_that_is_no_weight_names_file_and_tensor(tmp_path, model, sha
         "pyq2.tensor.blk.0.attn_q.weight.shape",
         lambda k: gguf_io.encode_kv(k, V.ARRAY, shape, V.INT64),
     )
-    with pytest.raises(
-        FormatError, match=rf"^{bad}: tensor 'blk.0.attn_q.weight' .*a weight needs"
-    ):
+    why = (
+        "pyq2.tensor.blk.0.attn_q.weight.shape is \\[-128, 100\\], not an array of at most 2 "
+        "unsigned integers"
+        if shape[0] < 0
+        else ".*a weight needs"
+    )
+    with pytest.raises(FormatError, match=rf"^{bad}: tensor 'blk.0.attn_q.weight'(: | ){why}"):
         repack(bad, tmp_path / "o.gguf")
 
 

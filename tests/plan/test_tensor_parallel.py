@@ -30,7 +30,7 @@ from pyq2.runtime import load as model
 from pyq2.spec import formats, layouts, reference
 from pyq2.spec.rotation import Rotation
 
-from ..conftest import listing, patched, run_pyq2
+from ..conftest import listing, patched, reseal, run_pyq2
 
 # qwen35 shapes that split 2 and 3 ways: 6 query heads of 64 over 2 K/V heads (units of 2
 # heads: 128 columns), 6 V heads of 128 over 3 K heads, FFN 384 (3 groups of 128).
@@ -349,7 +349,9 @@ def test_verify_refuses_incomplete_sets_and_edited_shards(tmp_path, demo_gguf):
         off = t.offset
     bad = tmp_path / "bad.gguf"
     patched(Path(s1), bad, lambda blob, _: blob.__setitem__(off, blob[off] ^ 0x3C))
-    res = verify(demo_gguf, [s0, bad])
+    with pytest.raises(FormatError, match="'blk.0.ffn_down.weight': its bytes and pyq2 keys"):
+        verify(demo_gguf, [s0, bad])  # the shard's checksum refuses it
+    res = verify(demo_gguf, [s0, reseal(bad)])  # edited knowingly: verify finds the code
     assert not res.ok and "tensor 'blk.0.ffn_down.weight' row" in res.message
     # a recorded piece that is not the plan's (same length, other place)
     key = metadata.tensor_key("blk.0.ssm_out.weight", "tp_pieces")
@@ -359,7 +361,7 @@ def test_verify_refuses_incomplete_sets_and_edited_shards(tmp_path, demo_gguf):
         j = blob.find(np.array([128, 256], "<u8").tobytes(), i)
         blob[j : j + 16] = np.array([0, 128], "<u8").tobytes()
 
-    patched(Path(s1), bad, edit)
+    reseal(patched(Path(s1), bad, edit))  # the checksum covers the keys: edited knowingly
     res = verify(demo_gguf, [s0, bad])
     assert not res.ok and "holds columns 0:128 of 256" in res.message
     assert "gives columns 128:256 of 256" in res.message
@@ -377,7 +379,7 @@ def test_load_refuses_a_shard_whose_head_rows_are_not_head_rows(tmp_path, demo_g
         j = blob.find(np.array([a, b], "<u8").tobytes(), i)
         blob[j : j + 16] = np.array([0, b - a], "<u8").tobytes()
 
-    bad = patched(Path(s.shards[1]), tmp_path / "bad.gguf", edit)
+    bad = reseal(patched(Path(s.shards[1]), tmp_path / "bad.gguf", edit))
     with gguf_io.open_gguf(bad) as gf, pytest.raises(FormatError, match="its head holds rows 0:"):
         model.check(gf)
 

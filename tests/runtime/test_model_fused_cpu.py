@@ -16,6 +16,7 @@ from pyq2.runtime.load import Model, assemble, check
 from pyq2.runtime.step import matmul_groups
 from pyq2.spec import layouts
 
+from ..conftest import reseal
 from ..offline.test_fuse import ATTN, FFN, FUSED, GDN, _key, _names, _u64, with_keys, write_qwen35
 
 
@@ -154,7 +155,9 @@ REFUSED = {
 def test_check_refuses_bad_fused_metadata(tmp_path, files, case):
     _, fused_path, _ = files
     changes, message = REFUSED[case]
-    bad = with_keys(fused_path, tmp_path / "bad.gguf", changes)
+    # resealed (the checksums recomputed), as a tool that edits the keys knowingly would: else
+    # the checksum, which covers the member keys, refuses every such file first
+    bad = reseal(with_keys(fused_path, tmp_path / "bad.gguf", changes))
     with gguf_io.open_gguf(bad) as gf, pytest.raises(FormatError) as e:
         check(gf)
     assert message in str(e.value), str(e.value)

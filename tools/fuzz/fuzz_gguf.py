@@ -12,13 +12,19 @@ key/value records (arrays cut to their first elements) and its smallest tensors;
 seed S mutates one seed file, chosen with numpy's generator seeded by (S, i), so a case is
 reproduced by its numbers alone: bytes flipped, the file cut, bytes inserted or deleted, a
 header integer (a count, a length, a dimension, a type, an offset, a value) overwritten with a
-boundary value, or a piece of the file copied over another place.
+boundary value, a piece of the file copied over another place, or one of pyq2's own keys
+(pyq2.format_version, pyq2.tensor.<name>.layout/rt/shape/source_type/crc32, the member and
+tensor-parallel keys) dropped, given another type ("2" for 2, floats for a shape) or another
+value (another layout, a tile height, a member moved, a checksum off by one), the file rebuilt
+around it.
 
 Each case runs in this process, through the Python API: open the file and decode every value
 and weight description, describe() and format_info(), repack to a layout the case picks,
 verify the repacked file against the input, and verify the input against its seed. A case
 passes when every step ends in success or in the project's error (FormatError, or Pq2Error
 from libpq2) with a one-line message; when a repack that succeeded verifies against its input;
+when a file whose pyq2 keys were changed is refused or still verifies against its seed (a
+relabelled tensor is never read as other weights);
 when no output is larger than the input allows (OUTPUT_FACTOR x input + OUTPUT_SLACK); when the
 output directory holds nothing but the output; and when the case ends within CASE_SECONDS.
 """
@@ -88,11 +94,26 @@ class Seed:
     header_end: int  # where tensor data starts
     fields: tuple[tuple[int, int], ...]  # (offset, width in bytes) of every header integer
     header_only: bool = False  # mutate the header only (a large file's data is only copied)
+    records: tuple[tuple[str, bytes], ...] = ()  # every key/value record, in order
+    infos: bytes = b""  # the tensor infos, as stored
+    version: int = 3
+    alignment: int = 32
 
 
 def load_seed(name: str, path: Path, header_only: bool = False) -> Seed:
     header_end, fields = header_fields(path)
-    return Seed(name, path, path.read_bytes(), header_end, fields, header_only)
+    with gguf_io.open_gguf(path) as f:
+        records = tuple((k, f.kv_record(k)) for k in f.keys())
+        kv_end = max((kv.offset + kv.size for kv in f.fields.values()), default=24)
+        infos_end = kv_end + sum(
+            8 + len(t.name.encode()) + 4 + 8 * len(t.ne) + 4 + 8 for t in f.tensors
+        )
+        infos = f.read(kv_end, infos_end - kv_end, "the tensor infos")
+        version, alignment = f.version, f.alignment
+    blob = path.read_bytes()
+    return Seed(
+        name, path, blob, header_end, fields, header_only, records, infos, version, alignment
+    )
 
 
 # ---- seed files ---------------------------------------------------------------------------
@@ -137,7 +158,7 @@ def header_fields(path: Path) -> tuple[int, tuple[tuple[int, int], ...]]:
     """(data offset, (offset, width) of every integer of the header) of a valid GGUF file."""
     fields = [(4, 4), (8, 8), (16, 8)]  # version, tensor count, key/value count
     with gguf_io.open_gguf(path) as f:
-        mm, end = f._mapping(), 24
+        mm, end = f.read(0, f.data_offset, "the header"), 24
         for kv in f.fields.values():
             fields += [(kv.offset, 8), (kv.value_offset - 4, 4)]  # key length, value type
             at = kv.value_offset
@@ -234,7 +255,77 @@ def _splice(rng, seed, b: bytearray) -> str:
     return f"copy {n} bytes from {src} to {dst}"
 
 
-MUTATIONS: tuple[Callable[..., str], ...] = (_flip, _cut, _insert, _delete, _field, _field, _splice)
+def _retyped(rng, key: str, value) -> tuple[bytes | None, str]:
+    """Another record for pyq2 key `key` (value: its value now), or None to drop the key: the
+    same value as another type ("2" for 2, 2.0, an INT64; floats for an array of integers), or
+    another value of its type (off by one, another layout, a member moved, a checksum off)."""
+    enc = gguf_io.encode_kv
+    choice = int(rng.integers(0, 4))
+    if choice == 0:
+        return None, f"drop {key}"
+    if isinstance(value, bool) or value is None:
+        return enc(key, V.STRING, str(value)), f"{key} = {str(value)!r}"
+    if isinstance(value, int):
+        if choice == 1:
+            return enc(key, V.STRING, str(value)), f"{key} = {str(value)!r} (a string)"
+        if choice == 2:
+            return enc(key, V.FLOAT32, float(value)), f"{key} = {float(value)} (a float)"
+        new = (value + int(rng.choice([-1, 1, 2]))) % (1 << 32)
+        return enc(key, V.UINT32, new), f"{key} = {new}"
+    if isinstance(value, str):
+        if choice == 1:
+            return enc(key, V.UINT32, 2), f"{key} = 2 (an integer)"
+        other = ["tiles", "planes", "raw", "", "tiles\x1b[2J"][int(rng.integers(0, 5))]
+        return enc(key, V.STRING, other), f"{key} = {other!r}"
+    if isinstance(value, list) and value and all(isinstance(x, int) for x in value):
+        if choice == 1:
+            floats = [float(x) for x in value]
+            return enc(key, V.ARRAY, floats, V.FLOAT32), f"{key} = {floats} (floats)"
+        if choice == 2:
+            return enc(key, V.ARRAY, value[::-1], V.UINT64), f"{key} = {value[::-1]}"
+        moved = list(value)
+        i = int(rng.integers(0, len(moved)))
+        moved[i] = max(0, moved[i] + int(rng.choice([-32, -1, 1, 32])))
+        return enc(key, V.ARRAY, moved, V.UINT64), f"{key} = {moved}"
+    if isinstance(value, list) and value and all(isinstance(x, str) for x in value):
+        if choice == 1:
+            return enc(key, V.ARRAY, list(range(len(value))), V.UINT64), f"{key} = integers"
+        return enc(key, V.ARRAY, value[::-1], V.STRING), f"{key} = {value[::-1]}"
+    return None, f"drop {key}"
+
+
+def _pyq2_key(rng, seed, b: bytearray) -> str:
+    """A pyq2.* key of the seed relabelled (_retyped), the file rebuilt around it: the tensor
+    data unchanged, the header as long as the new record makes it. Without pyq2 keys, _field."""
+    keys = [i for i, (k, _) in enumerate(seed.records) if k.startswith("pyq2.")]
+    if not keys:
+        return _field(rng, seed, b)
+    i = keys[int(rng.integers(0, len(keys)))]
+    key = seed.records[i][0]
+    with gguf_io.open_gguf(seed.path) as f:
+        value = f.value(key)
+    new, what = _retyped(rng, key, value)
+    records = [r for j, (_, r) in enumerate(seed.records) if j != i]
+    if new is not None:
+        records.insert(i, new)
+    n_tensors = struct.unpack_from("<Q", seed.blob, 8)[0]
+    head = b"GGUF" + struct.pack("<IQQ", seed.version, n_tensors, len(records))
+    head += b"".join(records) + seed.infos
+    head += bytes(-len(head) % seed.alignment)
+    b[:] = head + seed.blob[seed.header_end :]
+    return what
+
+
+MUTATIONS: tuple[Callable[..., str], ...] = (
+    _flip,
+    _cut,
+    _insert,
+    _delete,
+    _field,
+    _field,
+    _splice,
+    _pyq2_key,
+)
 
 
 def mutate(seed: Seed, fuzz_seed: int, case: int) -> tuple[bytes, str]:
@@ -242,8 +333,9 @@ def mutate(seed: Seed, fuzz_seed: int, case: int) -> tuple[bytes, str]:
     rng = np.random.default_rng([fuzz_seed, case])
     b = bytearray(seed.blob)
     done = [MUTATIONS[int(rng.integers(0, len(MUTATIONS)))](rng, seed, b)]
-    if rng.random() < 0.25:  # a second mutation now and then
-        done.append(MUTATIONS[int(rng.integers(0, len(MUTATIONS)))](rng, seed, b))
+    if rng.random() < 0.25:  # a second mutation now and then (a rebuild only comes first)
+        second = MUTATIONS[int(rng.integers(0, len(MUTATIONS)))]
+        done.append((_field if second is _pyq2_key else second)(rng, seed, b))
     return bytes(b), "; ".join(done)
 
 
@@ -280,12 +372,16 @@ def _alarm(signum, frame):
     raise _CaseTimeout
 
 
-def run_case(path: Path, seed_path: Path, out_dir: Path, layout: str, rt: int) -> str:
-    """Run one input through every step (see the module doc); returns how it ended."""
+def run_case(
+    path: Path, seed_path: Path, out_dir: Path, layout: str, rt: int, relabelled: bool = False
+) -> str:
+    """Run one input through every step (see the module doc); returns how it ended.
+    `relabelled`: the case changed one of pyq2's keys, so an input that is read at all must
+    still hold the seed's weights."""
     previous = signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, CASE_SECONDS)
     try:
-        return _run_steps(path, seed_path, out_dir, layout, rt)
+        return _run_steps(path, seed_path, out_dir, layout, rt, relabelled)
     except _CaseTimeout:
         raise Failure(f"took more than {CASE_SECONDS} s") from None
     finally:
@@ -293,7 +389,9 @@ def run_case(path: Path, seed_path: Path, out_dir: Path, layout: str, rt: int) -
         signal.signal(signal.SIGALRM, previous)
 
 
-def _run_steps(path: Path, seed_path: Path, out_dir: Path, layout: str, rt: int) -> str:
+def _run_steps(
+    path: Path, seed_path: Path, out_dir: Path, layout: str, rt: int, relabelled: bool
+) -> str:
     out = out_dir / "out.gguf"
     _step("open", _read_all, path)
     d = _step("describe", describe, path)
@@ -303,9 +401,11 @@ def _run_steps(path: Path, seed_path: Path, out_dir: Path, layout: str, rt: int)
     left = sorted(os.listdir(out_dir))
     if left != (["out.gguf"] if summary is not None else []):
         raise Failure(f"repack left {left} in the output directory (summary: {summary})")
-    _step("verify seed", verify, seed_path, path)
+    same = _step("verify seed", verify, seed_path, path)
     if summary is None:
         return "refused"
+    if relabelled and not (same is not None and same.ok):
+        raise Failure(f"a file whose pyq2 keys were changed was read as other weights: {same}")
     size, bound = out.stat().st_size, OUTPUT_FACTOR * path.stat().st_size + OUTPUT_SLACK
     if size > bound or size != summary.bytes_out:
         raise Failure(f"output of {size} bytes ({summary.bytes_out} reported; bound {bound})")
@@ -335,7 +435,8 @@ def run_seeds(
         del blob
         layout, rt = LAYOUTS[case // len(seeds) % len(LAYOUTS)]
         try:
-            ends[run_case(path, seed.path, out_dir, layout, rt)] += 1
+            relabelled = what.startswith(("pyq2.", "drop pyq2.")) and ";" not in what
+            ends[run_case(path, seed.path, out_dir, layout, rt, relabelled)] += 1
         except Failure as e:
             line = f"case {case} (seed {fuzz_seed}, {seed.name}, {what}, {layout} rt {rt}): {e}"
             failures.append(line)
