@@ -1,37 +1,15 @@
-"""The numpy qwen35 reference: its pieces by hand, its chunking invariance, and transformers.
-
-The module is imported from its file (next to this test, in the source tree), not from the
-installed package, so that it is the file under review that runs whatever pyq2 is installed.
-"""
+"""The numpy qwen35 reference: its pieces by hand, its chunking invariance, and transformers."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from pyq2.errors import FormatError
-
-_SPEC_DIR = Path(__file__).resolve().parents[2] / "pyq2" / "spec"
-
-
-def _load(name: str):
-    """Import pyq2/spec/<name>.py by path, inside a stand-in package over that folder so that
-    its relative import (of qwen35_layers) finds the file beside it."""
-    package = "_pyq2_spec_under_test"
-    if package not in sys.modules:
-        stand_in = types.ModuleType(package)
-        stand_in.__path__ = [str(_SPEC_DIR)]
-        sys.modules[package] = stand_in
-    return importlib.import_module(f"{package}.{name}")
-
-
-layers = _load("qwen35_layers")
-q35 = _load("qwen35")
+from pyq2.spec import qwen35 as q35
+from pyq2.spec import qwen35_layers as layers
 
 # --- a small random model with odd sizes ----------------------------------------------------
 

@@ -1,31 +1,11 @@
-"""pyq2.text.chat: chat templates (jinja2, as transformers renders them) and the built-in ChatML.
-
-The modules are loaded from their files next to this test (not from the installed pyq2).
-"""
+"""pyq2.text.chat: chat templates (jinja2, as transformers renders them) and the built-in ChatML."""
 
 import builtins
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-TEXT_DIR = Path(__file__).resolve().parents[2] / "pyq2" / "text"
-
-
-def _load(name):
-    """pyq2/text/<name>.py as a module of its own (registered under a name of its own)."""
-    key = f"_pyq2_text_{name}_under_test"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, TEXT_DIR / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-chat = _load("chat")
-demo = _load("demo_vocab")
+from pyq2.text import chat
+from pyq2.text import demo_vocab as demo
 
 MESSAGES = [
     {"role": "system", "content": "You are terse."},

@@ -1,31 +1,12 @@
-"""pyq2.text.sampling: SamplingParams, sample_numpy / sample_torch (same semantics), StopChecker.
+"""pyq2.text.sampling: SamplingParams, sample_numpy / sample_torch (same semantics), StopChecker."""
 
-The modules are loaded from their files next to this test (not from the installed pyq2).
-"""
-
-import importlib.util
 import random
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-TEXT_DIR = Path(__file__).resolve().parents[2] / "pyq2" / "text"
+from pyq2.text import sampling as smp
 
-
-def _load(name):
-    """pyq2/text/<name>.py as a module of its own (registered under a name of its own)."""
-    key = f"_pyq2_text_{name}_under_test"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, TEXT_DIR / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-smp = _load("sampling")
 P = smp.SamplingParams
 
 

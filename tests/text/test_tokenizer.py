@@ -7,30 +7,13 @@ be stale); pyq2.errors is imported normally.
 import builtins
 import importlib.util
 import random
-import sys
 import unicodedata
-from pathlib import Path
 
 import pytest
 
 from pyq2.errors import FormatError
-
-TEXT_DIR = Path(__file__).resolve().parents[2] / "pyq2" / "text"
-
-
-def _load(name):
-    """pyq2/text/<name>.py as a module of its own (registered under a name of its own)."""
-    key = f"_pyq2_text_{name}_under_test"
-    if key not in sys.modules:
-        spec = importlib.util.spec_from_file_location(key, TEXT_DIR / f"{name}.py")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[key] = module
-        spec.loader.exec_module(module)
-    return sys.modules[key]
-
-
-tok = _load("tokenizer")
-demo = _load("demo_vocab")
+from pyq2.text import demo_vocab as demo
+from pyq2.text import tokenizer as tok
 
 N_VOCAB = 1024
 
