@@ -137,13 +137,14 @@ def _run_whole(args, model: Model, read_gbs: float) -> int:
     from ..plan.decode import PRESETS
     from ..spec import qwen35
     from .bench_model import measure_whole
+    from .open_model import read_metadata
 
     prompt = args.prompt or 2048
     if args.synthetic:
         kv = dict(PRESETS[args.synthetic].keys(context=prompt + args.decode + 2))
     else:
         with gguf_io.open_gguf(args.model[0]) as gf:
-            kv = {k: gf.value(k) for k in gf.keys()}
+            kv = read_metadata(gf)
     config = qwen35.Config.from_metadata(kv)
     ms = [int(v) for v in (args.ms if args.ms != "1,4,8,16" else "1,4,16").split(",")]
     print(

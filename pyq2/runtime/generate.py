@@ -54,7 +54,7 @@ class Options:
 
 
 @dataclass
-class Sequence_:
+class Generation:
     prompt: list[int]
     tokens: list[int] = field(default_factory=list)
     text: str = ""
@@ -146,13 +146,13 @@ def generate(
     options: Options,
     on_text: Callable[[int, str], None] | None = None,
     timings: Timings | None = None,
-) -> list[Sequence_]:
+) -> list[Generation]:
     """Run the prompts (token ids) and decode (module docstring); fills `timings` as it goes,
     so that an interrupted caller still has the figures so far."""
     check_prompts(prompts, backend.n_vocab, backend.context, options.max_tokens)
     t = timings if timings is not None else Timings()
     t.backend = backend.name
-    seqs = [Sequence_(list(p)) for p in prompts]
+    seqs = [Generation(list(p)) for p in prompts]
     decoders = [StreamDecoder(tokenizer, skip_special=True) for _ in seqs]
     stops = [StopChecker(options.stop) for _ in seqs]
     eos = set() if options.ignore_eos else set(tokenizer.eos_ids)

@@ -140,34 +140,39 @@ class GpuModel:
         if len(prompts) > self.batch:
             raise ValueError(f"{len(prompts)} prompts for a model opened for {self.batch}")
         self._reset()
-        last = []
-        for seq, ids in enumerate(prompts):
-            for start in range(0, len(ids), self.chunk):
-                piece = ids[start : start + self.chunk]
-                step = self._step(len(piece))
-                step.ids.copy_(torch.tensor(piece, dtype=torch.int32))
-                self._run(step, ("prefill", seq, start))
-            last.append(step.logits[-1].float().clone())
-        self.lengths = [len(p) for p in prompts]
-        self.positions[: len(prompts)] = torch.tensor(self.lengths, dtype=torch.int64)
+        last = [
+            self._prompt(seq, ids, self.chunk, every_row=False) for seq, ids in enumerate(prompts)
+        ]
+        self._started([len(p) for p in prompts])
         return torch.stack(last)
 
     def score(self, tokens: list[int], chunk: int | None = None) -> Any:
         """Teacher-forced logits (T, V) float32 of one sequence from an empty cache, the prompt
         path in chunks of `chunk` tokens (default the model's)."""
-        torch = require_torch()
         self._reset()
-        size = chunk or self.chunk
+        rows = self._prompt(0, tokens, chunk or self.chunk, every_row=True)
+        self._started([len(tokens)])
+        return rows
+
+    def _prompt(self, seq: int, ids: list[int], chunk: int, every_row: bool) -> Any:
+        """Sequence `seq`'s prompt through the model, `chunk` tokens a step: the logits (float32)
+        of every token, or of the last only."""
+        torch = require_torch()
         rows = []
-        for start in range(0, len(tokens), size):
-            piece = tokens[start : start + size]
+        for start in range(0, len(ids), chunk):
+            piece = ids[start : start + chunk]
             step = self._step(len(piece))
             step.ids.copy_(torch.tensor(piece, dtype=torch.int32))
-            self._run(step, ("prefill", 0, start))
-            rows.append(step.logits.float().clone())
-        self.lengths = [len(tokens)]
-        self.positions[0] = len(tokens)
-        return torch.cat(rows)
+            self._run(step, ("prefill", seq, start))
+            if every_row:
+                rows.append(step.logits.float().clone())
+        return torch.cat(rows) if every_row else step.logits[-1].float().clone()
+
+    def _started(self, lengths: list[int]) -> None:
+        """The sequences' lengths after their prompts: where their decode steps go on."""
+        torch = require_torch()
+        self.lengths = lengths
+        self.positions[: len(lengths)] = torch.tensor(lengths, dtype=torch.int64)
 
     def decode(self, tokens: list[int]) -> Any:
         torch = require_torch()

@@ -117,19 +117,26 @@ def _attn_pre(q_gate, k, v, q_norm, k_norm, cos, sin, n_head, n_kv, hd, half, n_
     return q, qg[..., hd:], kk, v.float().reshape(t, n_kv, hd)
 
 
-def _gdn_pre(conv, qkv, alpha, beta, conv_w, a, dt_bias, k_heads, v_heads, k_dim, v_dim):
-    """One token of each sequence: the conv window (conv state then the token), SiLU, q/k tiled
-    to the V heads and L2-normalised, v, g and beta; and the conv state after the token."""
+def _gdn_split(y, alpha, beta, a, dt_bias, k_heads, v_heads, k_dim, v_dim):
+    """The conv's output y (T, C) after SiLU split: q and k tiled to the V heads (the file's
+    order: V head j reads K head j % H_k) and L2-normalised, v, the log decay g and beta."""
     torch = require_torch()
-    b = qkv.shape[0]
+    t = y.shape[0]
+    qk, rep = k_heads * k_dim, v_heads // k_heads
+    q = y[:, :qk].reshape(t, k_heads, k_dim).repeat(1, rep, 1)
+    k = y[:, qk : 2 * qk].reshape(t, k_heads, k_dim).repeat(1, rep, 1)
+    v = y[:, 2 * qk :].reshape(t, v_heads, v_dim)
+    g = a * torch.nn.functional.softplus(alpha.float() + dt_bias)
+    return l2_norm(q), l2_norm(k), v, g, torch.sigmoid(beta.float())
+
+
+def _gdn_pre(conv, qkv, alpha, beta, conv_w, a, dt_bias, k_heads, v_heads, k_dim, v_dim):
+    """One token of each sequence: the conv window (conv state then the token), SiLU, the split
+    (_gdn_split); and the conv state after the token."""
+    torch = require_torch()
     xp = torch.cat([conv, qkv.float()[:, None, :]], dim=1)  # (B, K, C)
     y = torch.nn.functional.silu((xp * conv_w.t()[None]).sum(1))
-    qk, rep = k_heads * k_dim, v_heads // k_heads
-    q = y[:, :qk].reshape(b, k_heads, k_dim).repeat(1, rep, 1)  # tiled: V head j, K j % H_k
-    k = y[:, qk : 2 * qk].reshape(b, k_heads, k_dim).repeat(1, rep, 1)
-    v = y[:, 2 * qk :].reshape(b, v_heads, v_dim)
-    g = a * torch.nn.functional.softplus(alpha.float() + dt_bias)
-    return l2_norm(q), l2_norm(k), v, g, torch.sigmoid(beta.float()), xp[:, 1:]
+    return (*_gdn_split(y, alpha, beta, a, dt_bias, k_heads, v_heads, k_dim, v_dim), xp[:, 1:])
 
 
 def _gdn_post(o, z, norm, eps, v_heads, v_dim):
@@ -145,12 +152,15 @@ def _gate(o, gate):
     return (o.float() * gate.sigmoid()).reshape(o.shape[0], -1)
 
 
+# A decode step's shapes are fixed per batch size: these compile once each. A prompt's vary with
+# its length: its steps call the plain functions.
 ATTN_PRE, GDN_PRE, GDN_POST, GATE = (Compiled(f) for f in (_attn_pre, _gdn_pre, _gdn_post, _gate))
 
 
 class Rope:
     """cos/sin of every position up to `context` (float64 angles rounded once), gathered by
-    position (a device tensor), so that a captured graph reads the positions of each replay."""
+    position (a device tensor, so that a captured graph reads the positions of each replay) for
+    rope_apply."""
 
     def __init__(self, dims: Dims, context: int, device: Any):
         torch = require_torch()
@@ -160,14 +170,6 @@ class Rope:
         self.cos = torch.cos(angle).float().to(device)
         self.sin = torch.sin(angle).float().to(device)
         self.half, self.n_rot = half, dims.rope_dim
-
-    def __call__(self, x: Any, positions: Any) -> Any:
-        """x: (T, H, D) float32; positions: (T,) int64 on the device."""
-        torch = require_torch()
-        cos, sin = self.cos[positions][:, None, :], self.sin[positions][:, None, :]
-        x1, x2 = x[..., : self.half], x[..., self.half : self.n_rot]
-        rotated = torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-        return torch.cat([rotated, x[..., self.n_rot :]], dim=-1)
 
 
 class Attention:
@@ -185,21 +187,15 @@ class Attention:
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.scale = 1.0 / math.sqrt(dims.head_dim)
 
-    def _qkv(self, q_gate: Any, k: Any, v: Any, positions: Any) -> tuple[Any, ...]:
-        d, t = self.d, q_gate.shape[0]
-        qg = q_gate.float().reshape(t, d.n_head, 2 * d.head_dim)
-        q, gate = qg[..., : d.head_dim], qg[..., d.head_dim :]
-        q = self.rope(rms_norm(q, self.q_norm, d.eps), positions)
-        k = self.rope(rms_norm(k.float().reshape(t, d.n_head_kv, d.head_dim), self.k_norm, d.eps),
-                      positions)  # fmt: skip
-        return q, gate, k, v.float().reshape(t, d.n_head_kv, d.head_dim)
-
     def prefill(self, q_gate: Any, k: Any, v: Any, seq: int, start: int, out: Any) -> None:
         """Rows: tokens start.. of sequence `seq`; out (T, H * D) gets the mixer output."""
         torch = require_torch()
         t = q_gate.shape[0]
+        d = self.d
         pos = torch.arange(start, start + t, device=q_gate.device)
-        q, gate, k, v = self._qkv(q_gate, k, v, pos)
+        cos, sin = self.rope.cos[pos], self.rope.sin[pos]
+        dims = (d.n_head, d.n_head_kv, d.head_dim, self.rope.half, self.rope.n_rot, d.eps)
+        q, gate, k, v = _attn_pre(q_gate, k, v, self.q_norm, self.k_norm, cos, sin, *dims)
         self.k[seq, :, start : start + t] = k.transpose(0, 1).to(self.k.dtype)
         self.v[seq, :, start : start + t] = v.transpose(0, 1).to(self.v.dtype)
         # in the cache's dtype; a sequence's first chunk is plainly causal (the fused kernels)
@@ -212,7 +208,7 @@ class Attention:
         else:
             visible = torch.arange(start + t, device=pos.device)[None, :] <= pos[:, None]
             o = self._attend(qq, keys, values, visible[None, None])
-        out.copy_(GATE(o[0].transpose(0, 1), gate))
+        out.copy_(_gate(o[0].transpose(0, 1), gate))
 
     def decode(self, q_gate: Any, k: Any, v: Any, positions: Any, span: int, out: Any) -> None:
         """Row b: sequence b's token at positions[b] (< span, the cache positions attended)."""
@@ -258,24 +254,6 @@ class GatedDeltaNet:
         self.conv.zero_()
         self.state.zero_()
 
-    def _split(self, y: Any, alpha: Any, beta: Any) -> tuple[Any, ...]:
-        torch = require_torch()
-        d, t = self.d, y.shape[0]
-        qk = d.k_heads * d.k_dim
-        rep = d.v_heads // d.k_heads
-        q = y[:, :qk].reshape(t, d.k_heads, d.k_dim).repeat(1, rep, 1)  # tiled: V head j, K j % H_k
-        k = y[:, qk : 2 * qk].reshape(t, d.k_heads, d.k_dim).repeat(1, rep, 1)
-        v = y[:, 2 * qk :].reshape(t, d.v_heads, d.v_dim)
-        g = self.a * torch.nn.functional.softplus(alpha.float() + self.dt_bias)
-        return l2_norm(q), l2_norm(k), v, g, torch.sigmoid(beta.float())
-
-    def _out(self, o: Any, z: Any, out: Any) -> None:
-        torch = require_torch()
-        t = o.shape[0]
-        zz = z.float().reshape(t, self.d.v_heads, self.d.v_dim)
-        gated = rms_norm(o, self.norm, self.d.eps) * torch.nn.functional.silu(zz)
-        out.copy_(gated.reshape(t, -1))
-
     def prefill(self, qkv: Any, z: Any, alpha: Any, beta: Any, seq: int, out: Any) -> None:
         """Rows: the next tokens of sequence `seq` (its states continue)."""
         torch = require_torch()
@@ -283,7 +261,9 @@ class GatedDeltaNet:
         xp = torch.cat([self.conv[seq], qkv.float()], dim=0)  # (K - 1 + T, C)
         y = sum(self.conv_w[:, j] * xp[j : j + t] for j in range(kernel))
         self.conv[seq].copy_(xp[t:])
-        q, k, v, g, b = self._split(torch.nn.functional.silu(y), alpha, beta)
+        d = self.d
+        params = (self.a, self.dt_bias, d.k_heads, d.v_heads, d.k_dim, d.v_dim)
+        q, k, v, g, b = _gdn_split(torch.nn.functional.silu(y), alpha, beta, *params)
         state = self.state[seq : seq + 1]
         if self.fla is not None:
             o, final = self.fla[0](q[None], k[None], v[None], g=g[None], beta=b[None],
@@ -294,7 +274,7 @@ class GatedDeltaNet:
             o, final = _recurrent(q[None], k[None], v[None], g[None], b[None], state, self.scale)
             o = o[0]
         state.copy_(final)
-        self._out(o.float(), z, out)
+        out.copy_(_gdn_post(o, z, self.norm, d.eps, d.v_heads, d.v_dim))
 
     def decode(self, qkv: Any, z: Any, alpha: Any, beta: Any, out: Any) -> None:
         """Row b: sequence b's next token."""
