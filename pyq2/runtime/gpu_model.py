@@ -21,7 +21,7 @@ from ..spec import qwen35
 from ..spec.qwen35_layers import imrope_axes
 from ..text.sampling import SamplingParams, make_history_mask, sample_torch
 from .load import Model, load
-from .mixers import Attention, Dims, GatedDeltaNet, Rope
+from .mixers import Attention, Dims, GatedDeltaNet, Rope, decode_kernels
 from .step import DecodeStep
 
 SPAN_STEP = 256  # the attention span of a decode graph grows in steps of this many positions
@@ -51,6 +51,7 @@ class GpuModel:
         model: Model | None = None,
         use_fla: bool = True,
         cache_dtype: Any = None,
+        kernels: bool = True,
     ):
         torch = require_torch()
         self.config, self.context, self.batch, self.chunk = config, context, batch, chunk
@@ -71,6 +72,13 @@ class GpuModel:
             keep = torch.as_tensor(axes < 3, device=self.device)
             self.rope.cos[:, ~keep], self.rope.sin[:, ~keep] = 1.0, 0.0
         dense = self.model.dense
+        # one scratch for every attention layer's decode kernels (None: each decides alone)
+        module = decode_kernels(self.device) if kernels else None
+        scratch = None
+        if module is not None:
+            scratch = module.AttentionScratch(
+                batch, config.n_head, config.head_dim, context, self.device
+            )
         self.attn: dict[int, Attention] = {}
         self.gdn: dict[int, GatedDeltaNet] = {}
         for i in range(config.n_layer):
@@ -81,7 +89,15 @@ class GpuModel:
                     "k_norm": dense[b + "attn_k_norm.weight"],
                 }
                 self.attn[i] = Attention(
-                    dims, w, batch, context, self.rope, self.device, cache_dtype
+                    dims,
+                    w,
+                    batch,
+                    context,
+                    self.rope,
+                    self.device,
+                    cache_dtype,
+                    scratch,
+                    kernels=kernels,
                 )
             else:
                 w = {
@@ -90,7 +106,9 @@ class GpuModel:
                     "dt_bias": dense[b + "ssm_dt.bias"],
                     "norm": dense[b + "ssm_norm.weight"],
                 }
-                self.gdn[i] = GatedDeltaNet(dims, w, batch, self.device, use_fla=use_fla)
+                self.gdn[i] = GatedDeltaNet(
+                    dims, w, batch, self.device, use_fla=use_fla, kernels=kernels
+                )
         self.positions = torch.zeros(batch, dtype=torch.int64, device=self.device)
         self.lengths: list[int] = []
         self._steps: dict[int, DecodeStep] = {}
@@ -125,9 +143,9 @@ class GpuModel:
         qkv, z = out[b + "attn_qkv.weight"], out[b + "attn_gate.weight"]
         alpha, beta = out[b + "ssm_alpha.weight"], out[b + "ssm_beta.weight"]
         if mode[0] == "prefill":
-            g.prefill(qkv, z, alpha, beta, mode[1], step.mixer_out[layer])
+            g.prefill(qkv, z, alpha, beta, mode[1], mode[2], step.mixer_out[layer])
         else:
-            g.decode(qkv, z, alpha, beta, step.mixer_out[layer])
+            g.decode(qkv, z, alpha, beta, self.positions[: step.m], step.mixer_out[layer])
 
     def _run(self, step: DecodeStep, mode: tuple[Any, ...]) -> None:
         self._current, self._mode = step, mode

@@ -15,10 +15,12 @@ of the same arithmetic; FORMATS.md "qwen35 tensors" says what the file holds):
   a float32 state per sequence, the gated RMSNorm with silu(z).
 
 A prompt runs one sequence's tokens at a time (`prefill`, rows = tokens); a decode step runs
-one token of each of B sequences (`decode`, row b = sequence b at its own position). The
-recurrence uses flash-linear-attention's Triton kernels where the `fla` package imports
-(chunk_gated_delta_rule for a prompt, fused_recurrent_gated_delta_rule for a step) and a torch
-loop of the same rule otherwise; everything here can be captured in a CUDA graph once warm.
+one token of each of B sequences (`decode`, row b = sequence b at its own position). On CUDA a
+decode step runs pyq2.runtime.decode_kernels (a few Triton launches per layer), the torch
+forms here being their reference and the fallback. A prompt's recurrence uses
+flash-linear-attention's chunk_gated_delta_rule where the `fla` package imports (its
+fused_recurrent_gated_delta_rule for the torch form of a step) and a torch loop of the same
+rule otherwise; everything here can be captured in a CUDA graph once warm.
 """
 
 from __future__ import annotations
@@ -62,6 +64,25 @@ def fla_ops() -> tuple[Any, Any] | None:
     except Exception:  # not installed, or no triton / GPU for it
         return None
     return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
+
+
+def decode_kernels(device: Any) -> Any:
+    """pyq2.runtime.decode_kernels (the Triton forms of a decode step's mixers) for a CUDA
+    device where triton imports, unless PYQ2_DECODE_KERNELS=0; else None (the torch forms)."""
+    if getattr(device, "type", str(device)) != "cuda":
+        return None
+    if os.environ.get("PYQ2_DECODE_KERNELS", "1") == "0":
+        return None
+    try:
+        from . import decode_kernels as kernels
+    except ImportError:
+        return None
+    return kernels
+
+
+def _tileable(width: int) -> bool:
+    """Whether the decode kernels tile a head of this width (a power of two, 16 or more)."""
+    return width >= 16 and not width & (width - 1)
 
 
 def rms_norm(x: Any, w: Any, eps: float) -> Any:
@@ -130,13 +151,13 @@ def _gdn_split(y, alpha, beta, a, dt_bias, k_heads, v_heads, k_dim, v_dim):
     return l2_norm(q), l2_norm(k), v, g, torch.sigmoid(beta.float())
 
 
-def _gdn_pre(conv, qkv, alpha, beta, conv_w, a, dt_bias, k_heads, v_heads, k_dim, v_dim):
-    """One token of each sequence: the conv window (conv state then the token), SiLU, the split
-    (_gdn_split); and the conv state after the token."""
+def _gdn_pre(window, qkv, alpha, beta, conv_w, a, dt_bias, k_heads, v_heads, k_dim, v_dim):
+    """One token of each sequence: the conv over its window (the K - 1 inputs before it, then
+    the token), SiLU, the split (_gdn_split)."""
     torch = require_torch()
-    xp = torch.cat([conv, qkv.float()[:, None, :]], dim=1)  # (B, K, C)
+    xp = torch.cat([window, qkv.float()[:, None, :]], dim=1)  # (B, K, C)
     y = torch.nn.functional.silu((xp * conv_w.t()[None]).sum(1))
-    return (*_gdn_split(y, alpha, beta, a, dt_bias, k_heads, v_heads, k_dim, v_dim), xp[:, 1:])
+    return _gdn_split(y, alpha, beta, a, dt_bias, k_heads, v_heads, k_dim, v_dim)
 
 
 def _gdn_post(o, z, norm, eps, v_heads, v_dim):
@@ -177,15 +198,25 @@ class Attention:
     its arithmetic."""
 
     def __init__(self, dims: Dims, weights: dict[str, Any], batch: int, context: int,
-                 rope: Rope, device: Any, cache_dtype: Any = None):  # fmt: skip
+                 rope: Rope, device: Any, cache_dtype: Any = None,
+                 scratch: Any = None, kernels: bool = True):  # fmt: skip
+        """scratch: the decode kernels' AttentionScratch, shared by the layers (one is made
+        when None); kernels=False keeps a decode step on the torch forms."""
         torch = require_torch()
         self.d, self.rope = dims, rope
-        self.q_norm, self.k_norm = weights["q_norm"].float(), weights["k_norm"].float()
+        self.q_norm = weights["q_norm"].float().contiguous()
+        self.k_norm = weights["k_norm"].float().contiguous()
         dtype = cache_dtype if cache_dtype is not None else torch.bfloat16
         shape = (batch, dims.n_head_kv, context, dims.head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.scale = 1.0 / math.sqrt(dims.head_dim)
+        self.kernels = decode_kernels(device) if kernels and _tileable(dims.head_dim) else None
+        if self.kernels is not None and scratch is None:
+            scratch = self.kernels.AttentionScratch(
+                batch, dims.n_head, dims.head_dim, context, device
+            )
+        self.scratch = scratch
 
     def prefill(self, q_gate: Any, k: Any, v: Any, seq: int, start: int, out: Any) -> None:
         """Rows: tokens start.. of sequence `seq`; out (T, H * D) gets the mixer output."""
@@ -214,6 +245,12 @@ class Attention:
         """Row b: sequence b's token at positions[b] (< span, the cache positions attended)."""
         torch = require_torch()
         d, b = self.d, q_gate.shape[0]
+        if self.kernels is not None:
+            self.kernels.attention_decode(
+                q_gate, k, v, self.k, self.v, positions, span, self.q_norm, self.k_norm,
+                self.rope, self.scratch, out, d, self.scale,
+            )  # fmt: skip
+            return
         cos, sin = self.rope.cos[positions], self.rope.sin[positions]
         dims = (d.n_head, d.n_head_kv, d.head_dim, self.rope.half, self.rope.n_rot, d.eps)
         q, gate, k, v = ATTN_PRE(q_gate, k, v, self.q_norm, self.k_norm, cos, sin, *dims)
@@ -234,33 +271,53 @@ class Attention:
 
 
 class GatedDeltaNet:
-    """One Gated-DeltaNet layer's rolling conv state and float32 recurrent state per sequence,
-    and its arithmetic."""
+    """One Gated-DeltaNet layer's convolution window and float32 recurrent state per sequence,
+    and its arithmetic.
+
+    The window is a ring of conv_kernel slots per sequence: the input of the token at position
+    p sits in slot p % conv_kernel (decode_kernels says why); slots of positions before 0 are
+    zero."""
 
     def __init__(self, dims: Dims, weights: dict[str, Any], batch: int, device: Any,
-                 use_fla: bool = True):  # fmt: skip
+                 use_fla: bool = True, kernels: bool = True):  # fmt: skip
         torch = require_torch()
         self.d = dims
-        self.conv_w = weights["conv"].float()  # (C, K)
-        self.a, self.dt_bias = weights["a"].float(), weights["dt_bias"].float()
-        self.norm = weights["norm"].float()
+        self.conv_w = weights["conv"].float().contiguous()  # (C, K)
+        self.a = weights["a"].float().contiguous()
+        self.dt_bias = weights["dt_bias"].float().contiguous()
+        self.norm = weights["norm"].float().contiguous()
         channels = self.conv_w.shape[0]
-        self.conv = torch.zeros(batch, dims.conv_kernel - 1, channels, device=device)
+        self.conv = torch.zeros(batch, dims.conv_kernel, channels, device=device)
         self.state = torch.zeros(batch, dims.v_heads, dims.k_dim, dims.v_dim, device=device)
         self.fla = fla_ops() if use_fla else None
         self.scale = 1.0 / math.sqrt(dims.k_dim)
+        self.kernels = decode_kernels(device) if kernels and _tileable(dims.v_dim) else None
+        self.o = None  # the decode kernels' output before the gated norm
+        if self.kernels is not None:
+            self.o = torch.empty(batch, dims.v_heads, dims.v_dim, device=device)
 
     def reset(self) -> None:
         self.conv.zero_()
         self.state.zero_()
 
-    def prefill(self, qkv: Any, z: Any, alpha: Any, beta: Any, seq: int, out: Any) -> None:
-        """Rows: the next tokens of sequence `seq` (its states continue)."""
+    def _slots(self, positions: Any) -> Any:
+        """The ring slots of the K - 1 positions before each of `positions`, in order."""
+        torch = require_torch()
+        kernel = self.d.conv_kernel
+        back = torch.arange(1, kernel, device=positions.device)
+        return (positions[:, None] + back[None, :]) % kernel  # p - K + 1 + j = p + 1 + j mod K
+
+    def prefill(self, qkv: Any, z: Any, alpha: Any, beta: Any, seq: int, start: int,
+                out: Any) -> None:  # fmt: skip
+        """Rows: tokens start.. of sequence `seq` (its states continue)."""
         torch = require_torch()
         t, kernel = qkv.shape[0], self.d.conv_kernel
-        xp = torch.cat([self.conv[seq], qkv.float()], dim=0)  # (K - 1 + T, C)
+        ring = self.conv[seq]
+        pos = torch.tensor([start], device=qkv.device)
+        xp = torch.cat([ring[self._slots(pos)[0]], qkv.float()], dim=0)  # (K - 1 + T, C)
         y = sum(self.conv_w[:, j] * xp[j : j + t] for j in range(kernel))
-        self.conv[seq].copy_(xp[t:])
+        last = torch.arange(start + t - kernel + 1, start + t, device=qkv.device) % kernel
+        ring[last] = xp[t:]
         d = self.d
         params = (self.a, self.dt_bias, d.k_heads, d.v_heads, d.k_dim, d.v_dim)
         q, k, v, g, b = _gdn_split(torch.nn.functional.silu(y), alpha, beta, *params)
@@ -276,12 +333,21 @@ class GatedDeltaNet:
         state.copy_(final)
         out.copy_(_gdn_post(o, z, self.norm, d.eps, d.v_heads, d.v_dim))
 
-    def decode(self, qkv: Any, z: Any, alpha: Any, beta: Any, out: Any) -> None:
-        """Row b: sequence b's next token."""
+    def decode(self, qkv: Any, z: Any, alpha: Any, beta: Any, positions: Any, out: Any) -> None:
+        """Row b: sequence b's next token, at positions[b]."""
+        torch = require_torch()
         d, b = self.d, qkv.shape[0]
+        if self.kernels is not None:
+            self.kernels.gdn_decode(
+                qkv, z, alpha, beta, self.conv, self.state, self.o, out, positions, self.conv_w,
+                self.a, self.dt_bias, self.norm, d, self.scale,
+            )  # fmt: skip
+            return
+        rows = torch.arange(b, device=qkv.device)
+        window = self.conv[rows[:, None], self._slots(positions)]  # (B, K - 1, C)
         params = (self.conv_w, self.a, self.dt_bias, d.k_heads, d.v_heads, d.k_dim, d.v_dim)
-        q, k, v, g, beta_, conv = GDN_PRE(self.conv[:b], qkv, alpha, beta, *params)
-        self.conv[:b].copy_(conv)
+        q, k, v, g, beta_ = GDN_PRE(window, qkv, alpha, beta, *params)
+        self.conv[rows, positions % d.conv_kernel] = qkv.float()
         state = self.state[:b]
         # (B, 1, H, D): each sequence one token
         q, k, v, g, beta_ = q[:, None], k[:, None], v[:, None], g[:, None], beta_[:, None]

@@ -1,0 +1,275 @@
+"""A decode step's mixers as Triton kernels: two launches per Gated-DeltaNet layer and two per
+attention layer, reading the projections' outputs and writing the mixer output in place.
+
+The arithmetic is pyq2.runtime.mixers' (its torch forms are the reference these kernels are
+tested against); what the kernels add is that a layer's many small operations become one pass
+over its state, written back where it was read:
+
+- gdn_decode: program (V head h, a slice of its value columns, sequence b) runs the causal
+  convolution of h's q and k channels and of its value columns from the rolling window, SiLU,
+  the L2 norms, the decay and beta, and the gated delta rule on its columns of the (d_k, d_v)
+  float32 state of (b, h), in registers; a second kernel applies the gated RMSNorm with silu(z)
+  per head (it needs every column of the head). The window is a ring of conv_kernel slots
+  indexed by position (mixers.GatedDeltaNet): the token at position p reads the slots of
+  p - K + 1 .. p - 1 and writes slot p % K, which no program of the same step reads, so the
+  programs that share a K head's channels need no ordering.
+- attention_decode: program (chunk c, KV head, sequence b) normalises and rotates the group's
+  queries and the new key, stores the new key and value in the cache (the program whose chunk
+  holds the position), and attends to the chunk's positions (flash-decoding); a second kernel
+  merges the chunks' partial softmax sums per query head and multiplies by sigmoid(gate).
+
+Importing this module needs triton; pyq2.runtime.mixers imports it only on CUDA.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import triton
+import triton.language as tl
+
+CHUNK = 64  # cache positions per attention program
+GDN_BV = 32  # state columns per Gated-DeltaNet program
+GDN_WARPS = 4
+ATTENTION_WARPS = 8
+MERGE = 16  # chunks merged per iteration of the second attention kernel
+
+
+@triton.jit
+def _softplus(x):
+    return tl.where(x > 20.0, x, tl.log(1.0 + tl.exp(tl.minimum(x, 20.0))))
+
+
+@triton.jit
+def _conv_silu(qkv_row, ring_row, conv_w, ch, mask, pos, C: tl.constexpr, K: tl.constexpr):
+    """SiLU of the causal convolution of channels ch at position pos: the new input times the
+    last tap, the ring's slots of the K - 1 positions before it times the others."""
+    x = tl.load(qkv_row + ch, mask=mask, other=0.0).to(tl.float32)
+    y = x * tl.load(conv_w + ch * K + (K - 1), mask=mask, other=0.0)
+    for j in tl.static_range(K - 1):
+        slot = (pos + 1 + j) % K  # position pos - (K - 1) + j, modulo K
+        w = tl.load(conv_w + ch * K + j, mask=mask, other=0.0)
+        y += w * tl.load(ring_row + slot * C + ch, mask=mask, other=0.0)
+    return x, y * tl.sigmoid(y)
+
+
+@triton.jit
+def _gdn_decode(
+    qkv, alpha, beta, ring, state, o_out, positions, conv_w, a_ptr, dt_bias,
+    s_qkv, s_alpha, s_beta, scale,
+    C: tl.constexpr, K: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr,
+    DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+):  # fmt: skip
+    NV: tl.constexpr = DV // BV
+    h = tl.program_id(0) // NV
+    vb = tl.program_id(0) % NV
+    b = tl.program_id(1)
+    kh = h % HK  # the file's tiled order: V head h reads K head h % HK
+    pos = tl.load(positions + b)
+    dk = tl.arange(0, BK)
+    dv = vb * BV + tl.arange(0, BV)
+    mk = dk < DK
+    row = qkv + b * s_qkv
+    ring_row = ring + b * K * C
+    cq = kh * DK + dk
+    ck = HK * DK + kh * DK + dk
+    cv = 2 * HK * DK + h * DV + dv
+    xq, q = _conv_silu(row, ring_row, conv_w, cq, mk, pos, C, K)
+    xk, k = _conv_silu(row, ring_row, conv_w, ck, mk, pos, C, K)
+    xv, v = _conv_silu(row, ring_row, conv_w, cv, dv < DV, pos, C, K)
+    slot = ring_row + (pos % K) * C
+    tl.store(slot + cv, xv)
+    first = (h < HK) & (vb == 0)  # one writer for a K head's channels
+    tl.store(slot + cq, xq, mask=mk & first)
+    tl.store(slot + ck, xk, mask=mk & first)
+    q = q * tl.rsqrt(tl.sum(q * q, 0) + 1e-6) * scale
+    k = k * tl.rsqrt(tl.sum(k * k, 0) + 1e-6)
+    x_a = tl.load(alpha + b * s_alpha + h).to(tl.float32) + tl.load(dt_bias + h)
+    decay = tl.exp(tl.load(a_ptr + h) * _softplus(x_a))
+    bt = tl.sigmoid(tl.load(beta + b * s_beta + h).to(tl.float32))
+    tile = ((b * HV + h) * DK + dk[:, None]) * DV + dv[None, :]
+    s = tl.load(state + tile, mask=mk[:, None], other=0.0) * decay
+    delta = (v - tl.sum(k[:, None] * s, 0)) * bt
+    s += k[:, None] * delta[None, :]
+    tl.store(state + tile, s, mask=mk[:, None])
+    tl.store(o_out + (b * HV + h) * DV + dv, tl.sum(q[:, None] * s, 0))
+
+
+@triton.jit
+def _gdn_norm(o_in, z, norm_w, out, s_z, s_out, eps, HV: tl.constexpr, DV: tl.constexpr):
+    """The gated RMSNorm of one V head's output: rmsnorm(o) * norm_w * silu(z)."""
+    h = tl.program_id(0)
+    b = tl.program_id(1)
+    dv = tl.arange(0, DV)
+    o = tl.load(o_in + (b * HV + h) * DV + dv)
+    o = o * tl.rsqrt(tl.sum(o * o, 0) / DV + eps) * tl.load(norm_w + dv)
+    zz = tl.load(z + b * s_z + h * DV + dv).to(tl.float32)
+    tl.store(out + b * s_out + h * DV + dv, o * zz * tl.sigmoid(zz))
+
+
+@triton.jit
+def _norm_rope(ptr, d, norm_w, cos_row, sin_row, eps, D: tl.constexpr, HALF: tl.constexpr,
+               NROT: tl.constexpr):  # fmt: skip
+    """RMSNorm (times norm_w) and NEOX rotary embedding of the heads whose dim d is at ptr (d
+    along the last axis): the partner of dim i < HALF is i + HALF, and back."""
+    x = tl.load(ptr).to(tl.float32)
+    inv = tl.rsqrt(tl.sum(x * x, -1, keep_dims=True) / D + eps)
+    partner = tl.where(d < HALF, d + HALF, tl.where(d < NROT, d - HALF, d))
+    xp = tl.load(ptr - d + partner).to(tl.float32)
+    xn = x * inv * tl.load(norm_w + d)
+    xpn = xp * inv * tl.load(norm_w + partner)
+    rotated = d < NROT
+    pair = tl.where(rotated, d % HALF, 0)
+    c = tl.where(rotated, tl.load(cos_row + pair), 1.0)
+    s = tl.where(rotated, tl.load(sin_row + pair), 0.0)
+    sign = tl.where(d < HALF, -1.0, 1.0)
+    return xn * c + sign * xpn * s
+
+
+@triton.jit
+def _attention_partial(
+    q_gate, k_in, v_in, k_cache, v_cache, positions, q_norm, k_norm, cos, sin,
+    m_out, l_out, acc_out,
+    s_qg, s_k, s_v, s_cb, s_ch, s_cs, n_chunks, scale, eps,
+    H: tl.constexpr, G: tl.constexpr, BG: tl.constexpr, D: tl.constexpr,
+    HALF: tl.constexpr, NROT: tl.constexpr, BS: tl.constexpr,
+):  # fmt: skip
+    c = tl.program_id(0)
+    kvh = tl.program_id(1)
+    b = tl.program_id(2)
+    pos = tl.load(positions + b)
+    start = c * BS
+    d = tl.arange(0, D)
+    g = tl.arange(0, BG)
+    heads = kvh * G + tl.minimum(g, G - 1)  # rows past the group repeat its last head
+    cos_row = cos + pos * HALF
+    sin_row = sin + pos * HALF
+    q_ptr = q_gate + b * s_qg + heads[:, None] * (2 * D) + d[None, :]
+    q = _norm_rope(q_ptr, d[None, :], q_norm, cos_row, sin_row, eps, D, HALF, NROT)
+    k_new = _norm_rope(k_in + b * s_k + kvh * D + d, d, k_norm, cos_row, sin_row, eps, D,
+                       HALF, NROT)  # fmt: skip
+    v_new = tl.load(v_in + b * s_v + kvh * D + d).to(tl.float32)
+    cache = b * s_cb + kvh * s_ch
+    owner = (pos >= start) & (pos < start + BS)
+    dt = k_cache.dtype.element_ty
+    k_new = k_new.to(dt)
+    v_new = v_new.to(dt)
+    tl.store(k_cache + cache + pos * s_cs + d, k_new, mask=owner & (d < D))
+    tl.store(v_cache + cache + pos * s_cs + d, v_new, mask=owner & (d < D))
+    offs = start + tl.arange(0, BS)
+    old = (offs < pos)[:, None]
+    at = (offs == pos)[:, None]
+    tile = cache + offs[:, None] * s_cs + d[None, :]
+    keys = tl.where(at, k_new[None, :], tl.load(k_cache + tile, mask=old, other=0.0))
+    values = tl.where(at, v_new[None, :], tl.load(v_cache + tile, mask=old, other=0.0))
+    scores = tl.dot(q.to(dt), tl.trans(keys), input_precision="ieee") * scale
+    scores = tl.where((offs <= pos)[None, :], scores, float("-inf"))
+    m = tl.max(scores, 1)
+    p = tl.exp(scores - m[:, None])
+    acc = tl.dot(p.to(dt), values, input_precision="ieee")
+    valid = (start <= pos) & (g < G)
+    slot = (b * H + kvh * G + g) * n_chunks + c
+    tl.store(m_out + slot, m, mask=valid)
+    tl.store(l_out + slot, tl.sum(p, 1), mask=valid)
+    tl.store(acc_out + slot[:, None] * D + d[None, :], acc, mask=valid[:, None])
+
+
+@triton.jit
+def _attention_merge(
+    q_gate, positions, m_in, l_in, acc_in, out, s_qg, s_out, n_chunks,
+    H: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BC: tl.constexpr,
+):  # fmt: skip
+    h = tl.program_id(0)
+    b = tl.program_id(1)
+    n = tl.load(positions + b) // BS + 1  # the chunks that hold positions 0 .. pos
+    d = tl.arange(0, D)
+    base = (b * H + h) * n_chunks
+    m_run = tl.full((), float("-inf"), tl.float32)
+    l_run = tl.zeros((), tl.float32)
+    acc = tl.zeros((D,), tl.float32)
+    for first in range(0, n, BC):
+        cc = first + tl.arange(0, BC)
+        live = cc < n
+        m = tl.load(m_in + base + cc, mask=live, other=float("-inf"))
+        m_new = tl.maximum(m_run, tl.max(m, 0))
+        w = tl.where(live, tl.exp(m - m_new), 0.0)
+        carry = tl.exp(m_run - m_new)
+        l_run = l_run * carry + tl.sum(w * tl.load(l_in + base + cc, mask=live, other=0.0), 0)
+        part = tl.load(acc_in + (base + cc)[:, None] * D + d[None, :], mask=live[:, None],
+                       other=0.0)  # fmt: skip
+        acc = acc * carry + tl.sum(w[:, None] * part, 0)
+        m_run = m_new
+    gate = tl.load(q_gate + b * s_qg + h * 2 * D + D + d).to(tl.float32)
+    tl.store(out + b * s_out + h * D + d, acc / l_run * tl.sigmoid(gate))
+
+
+def gdn_decode(qkv: Any, z: Any, alpha: Any, beta: Any, ring: Any, state: Any, o: Any,
+               out: Any, positions: Any, conv_w: Any, a: Any, dt_bias: Any, norm: Any,
+               dims: Any, scale: float) -> None:  # fmt: skip
+    """One token of each of B = qkv.shape[0] sequences through a Gated-DeltaNet layer: ring
+    (B', K, C) and state (B', HV, DK, DV) float32 updated in place for rows < B, o (B', HV, DV)
+    float32 scratch, out (B, HV*DV) the gated output. dims: mixers.Dims."""
+    b, d = qkv.shape[0], dims
+    _check(out, qkv, z, alpha, beta)
+    if not (ring.is_contiguous() and state.is_contiguous() and o.is_contiguous()):
+        raise ValueError("the conv ring, the recurrent state and o must be contiguous")
+    if d.v_dim & (d.v_dim - 1) or d.v_dim < 16:
+        raise ValueError(f"value head width {d.v_dim} is not a power of two of at least 16")
+    bv = min(d.v_dim, GDN_BV)
+    _gdn_decode[(d.v_heads * (d.v_dim // bv), b)](
+        qkv, alpha, beta, ring, state, o, positions, conv_w, a, dt_bias,
+        qkv.stride(0), alpha.stride(0), beta.stride(0), scale,
+        C=ring.shape[2], K=d.conv_kernel, HK=d.k_heads, HV=d.v_heads, DK=d.k_dim, DV=d.v_dim,
+        BK=triton.next_power_of_2(d.k_dim), BV=bv, num_warps=GDN_WARPS,
+    )  # fmt: skip
+    _gdn_norm[(d.v_heads, b)](
+        o, z, norm, out, z.stride(0), out.stride(0), d.eps, HV=d.v_heads, DV=d.v_dim,
+        num_warps=1,
+    )  # fmt: skip
+
+
+class AttentionScratch:
+    """The partial softmax sums of every chunk of a decode step (shared by the attention layers,
+    which run one after another): B x H x chunks of the context."""
+
+    def __init__(self, batch: int, n_head: int, head_dim: int, context: int, device: Any):
+        import torch
+
+        self.chunk = CHUNK
+        self.n_chunks = -(-context // CHUNK)
+        shape = (batch, n_head, self.n_chunks)
+        self.m = torch.empty(shape, dtype=torch.float32, device=device)
+        self.l = torch.empty(shape, dtype=torch.float32, device=device)  # noqa: E741
+        self.acc = torch.empty((*shape, head_dim), dtype=torch.float32, device=device)
+
+
+def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, positions: Any,
+                     span: int, q_norm: Any, k_norm: Any, rope: Any, scratch: AttentionScratch,
+                     out: Any, dims: Any, scale: float) -> None:  # fmt: skip
+    """One token of each of B sequences through an attention layer's cache (B', H_kv, context,
+    D), reading positions below `span`; out (B, H*D) = attention times sigmoid(gate)."""
+    b, d = q_gate.shape[0], dims
+    if d.head_dim & (d.head_dim - 1) or d.head_dim < 16:
+        raise ValueError(f"head_dim {d.head_dim} is not a power of two of at least 16")
+    _check(out, q_gate, k, v)
+    group = d.n_head // d.n_head_kv
+    chunks = -(-span // scratch.chunk)
+    _attention_partial[(chunks, d.n_head_kv, b)](
+        q_gate, k, v, k_cache, v_cache, positions, q_norm, k_norm, rope.cos, rope.sin,
+        scratch.m, scratch.l, scratch.acc,
+        q_gate.stride(0), k.stride(0), v.stride(0),
+        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), scratch.n_chunks, scale, d.eps,
+        H=d.n_head, G=group, BG=max(16, triton.next_power_of_2(group)), D=d.head_dim,
+        HALF=rope.half, NROT=rope.n_rot, BS=scratch.chunk, num_warps=ATTENTION_WARPS,
+    )  # fmt: skip
+    _attention_merge[(d.n_head, b)](
+        q_gate, positions, scratch.m, scratch.l, scratch.acc, out, q_gate.stride(0),
+        out.stride(0), scratch.n_chunks, H=d.n_head, D=d.head_dim, BS=scratch.chunk, BC=MERGE,
+        num_warps=4,
+    )  # fmt: skip
+
+
+def _check(*tensors: Any) -> None:
+    for t in tensors:
+        if t.stride(-1) != 1:
+            raise ValueError("decode kernels need rows with unit stride")

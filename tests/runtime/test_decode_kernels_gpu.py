@@ -1,0 +1,149 @@
+"""The Triton decode kernels (pyq2.runtime.decode_kernels) against the torch forms of the same
+layers (pyq2.runtime.mixers with kernels=False and without fla: plain torch arithmetic), on odd
+shapes: groups of 1 and 3 query heads per KV head, a partial rotary width, a key head width that
+is not a power of two, positions on both sides of every chunk boundary and before the
+convolution window fills, several steps in a row (the window's ring carried over), float32 and
+bf16 caches. Outputs are poisoned before each call.
+
+Bit-exact: the convolution ring (the inputs copied) and the KV cache entries written. Within a
+tolerance: float32 results differ by summation order (FP32_TOL); with a bf16 cache both sides
+round q and the softmax weights to bf16 in different places (BF16_TOL).
+"""
+
+import pytest
+
+from ..conftest import gpu_module
+
+torch = gpu_module()
+pytest.importorskip("triton")
+
+from pyq2.runtime import decode_kernels  # noqa: E402
+from pyq2.runtime.mixers import Attention, Dims, GatedDeltaNet, Rope  # noqa: E402
+
+pytestmark = pytest.mark.gpu
+
+FP32_TOL = 2e-5
+BF16_TOL = 2e-2
+DEV = torch.device("cuda")
+
+
+def rel(a, b):
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))
+
+
+def dims(**kw):
+    base = dict(n_head=6, n_head_kv=2, head_dim=64, rope_dim=32, rope_base=10000.0, eps=1e-6,
+                conv_kernel=4, k_heads=3, v_heads=6, k_dim=64, v_dim=32)  # fmt: skip
+    base.update(kw)
+    return Dims(**base)
+
+
+GDN_SHAPES = [
+    dims(),
+    dims(k_heads=2, v_heads=6, k_dim=48, v_dim=64, conv_kernel=3),
+    dims(k_heads=4, v_heads=4, k_dim=128, v_dim=128),
+]
+
+
+def gdn_pair(d, batch, seed):
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    channels = 2 * d.k_heads * d.k_dim + d.v_heads * d.v_dim
+    w = {
+        "conv": torch.randn(channels, d.conv_kernel, generator=g) * 0.5,
+        "a": -torch.rand(d.v_heads, generator=g) * 2 - 0.1,
+        "dt_bias": torch.randn(d.v_heads, generator=g) * 0.3,
+        "norm": 1 + 0.1 * torch.randn(d.v_dim, generator=g),
+    }
+    w = {k: v.to(DEV) for k, v in w.items()}
+    fast = GatedDeltaNet(d, w, batch, DEV, use_fla=False, kernels=True)
+    slow = GatedDeltaNet(d, w, batch, DEV, use_fla=False, kernels=False)
+    assert fast.kernels is not None and slow.kernels is None
+    state = torch.randn(fast.state.shape, generator=g).to(DEV) * 0.1
+    ring = torch.randn(fast.conv.shape, generator=g).to(DEV)
+    for m in (fast, slow):
+        m.state.copy_(state), m.conv.copy_(ring)
+    return fast, slow, g, channels
+
+
+@pytest.mark.parametrize("d", GDN_SHAPES)
+@pytest.mark.parametrize("batch", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gdn_decode_matches_the_torch_form(d, batch, dtype):
+    fast, slow, g, channels = gdn_pair(d, batch + 1, seed=batch)  # one row more than used
+    positions = torch.tensor([0, 2, 57, 1000][:batch], device=DEV)
+    tol = FP32_TOL if dtype == torch.float32 else 1e-2
+    for step in range(3):
+        qkv = torch.randn(batch, channels, generator=g).to(DEV, dtype)
+        z = torch.randn(batch, d.v_heads * d.v_dim, generator=g).to(DEV, dtype)
+        alpha = torch.randn(batch, d.v_heads, generator=g).to(DEV, dtype)
+        beta = torch.randn(batch, d.v_heads, generator=g).to(DEV, dtype)
+        outs = []
+        for m in (fast, slow):
+            out = torch.full((batch, d.v_heads * d.v_dim), float("nan"), device=DEV, dtype=dtype)
+            m.decode(qkv, z, alpha, beta, positions + step, out)
+            outs.append(out)
+        torch.cuda.synchronize()
+        assert torch.isfinite(outs[0]).all()
+        assert rel(outs[0], outs[1]) < tol, step
+        assert rel(fast.state, slow.state) < FP32_TOL, step
+        assert torch.equal(fast.conv, slow.conv), step  # the unused row too
+
+
+ATTN_SHAPES = [
+    dims(),  # 3 query heads per KV head, a quarter of the head rotated
+    dims(n_head=4, n_head_kv=4, head_dim=128, rope_dim=128),
+    dims(n_head=8, n_head_kv=1, head_dim=32, rope_dim=8),
+]
+
+
+@pytest.mark.parametrize("d", ATTN_SHAPES)
+@pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16])
+def test_attention_decode_matches_the_torch_form(d, cache):
+    batch, context = 5, 300
+    g = torch.Generator(device="cpu").manual_seed(d.head_dim)
+    w = {
+        "q_norm": (1 + 0.1 * torch.randn(d.head_dim, generator=g)).to(DEV),
+        "k_norm": (1 + 0.1 * torch.randn(d.head_dim, generator=g)).to(DEV),
+    }
+    rope = Rope(d, context, DEV)
+    fast = Attention(d, w, batch, context, rope, DEV, cache, kernels=True)
+    slow = Attention(d, w, batch, context, rope, DEV, cache, kernels=False)
+    assert fast.kernels is not None and slow.kernels is None
+    for t in (fast.k, fast.v):
+        t.copy_(torch.randn(t.shape, generator=g))
+    slow.k.copy_(fast.k), slow.v.copy_(fast.v)
+    ch = decode_kernels.CHUNK
+    # positions at 0, on both sides of chunk boundaries and at the end of the span
+    positions = torch.tensor([0, ch - 1, ch, 2 * ch + 1, 4 * ch + 3], device=DEV)
+    tol = FP32_TOL if cache == torch.float32 else BF16_TOL
+    for step, span in ((0, 4 * ch + 4), (1, 4 * ch + 5), (2, context)):
+        pos = positions + step
+        q_gate = torch.randn(batch, d.n_head * 2 * d.head_dim, generator=g).to(DEV)
+        k = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+        v = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+        outs = []
+        for m in (fast, slow):
+            out = torch.full((batch, d.n_head * d.head_dim), float("nan"), device=DEV)
+            m.decode(q_gate, k, v, pos, span, out)
+            outs.append(out)
+        torch.cuda.synchronize()
+        assert torch.isfinite(outs[0]).all()
+        assert rel(outs[0], outs[1]) < tol, step
+        rows = torch.arange(batch, device=DEV)
+        written_fast = fast.k[rows, :, pos], fast.v[rows, :, pos]
+        written_slow = slow.k[rows, :, pos], slow.v[rows, :, pos]
+        if cache == torch.float32:
+            assert rel(written_fast[0], written_slow[0]) < FP32_TOL
+        else:  # one bf16 rounding of values within fp32 noise of each other
+            assert rel(written_fast[0], written_slow[0]) < 1e-2
+        assert torch.equal(written_fast[1], written_slow[1])
+        # nothing else in the caches moved
+        assert rel(fast.k, slow.k) < (FP32_TOL if cache == torch.float32 else 1e-2)
+        assert torch.equal(fast.v, slow.v)
+
+
+def test_attention_decode_rejects_a_head_width_it_cannot_tile():
+    d = dims(head_dim=48, rope_dim=16)
+    a = torch.zeros(1, 2 * 6 * 48, device=DEV)
+    with pytest.raises(ValueError, match="power of two"):
+        decode_kernels.attention_decode(a, a, a, a, a, a, 64, a, a, None, None, a, d, 1.0)
