@@ -9,7 +9,11 @@
  * entry points (suffix _cuda) take device memory only; in a build without CUDA they return
  * PQ2_ERR_NO_CUDA. Every host buffer comes with its byte count, checked against the shape
  * arguments; a device buffer must hold what its shape arguments say (a device pointer cannot be
- * checked).
+ * checked). A pointer to numbers (float *, int32_t *, size_t *, host or device) must be aligned
+ * for its type (alignof: 4 for float and int32_t), and the device entry points ask more where
+ * they say so; a misaligned pointer is refused with PQ2_ERR_ALIGNMENT before any buffer is read
+ * or written. Untyped (void *) and byte (int8_t *) buffers take any address unless the entry point
+ * says otherwise.
  *
  * The declarations between PQ2_CDEF_BEGIN and PQ2_CDEF_END are also the cffi declarations of the
  * Python package (bindings/gen_cdef.py derives them from this file): keep them to plain
@@ -160,7 +164,9 @@ typedef struct pq2_q8 {
     int32_t *sums;
     void *kernel_operand;
 } pq2_q8;
-/* Bytes of the kernel operand of a Q8 operand of m x k (0 for m > 8). Pure. */
+/* Bytes of the kernel operand of a Q8 operand of m x k (0 for m > 8). Pure. An m x k whose
+ * operand (q8 or kernel operand) would be larger than the address space is refused with
+ * PQ2_ERR_SHAPE, as the other size queries refuse theirs. */
 PQ2_API pq2_status pq2_q8_kernel_operand_bytes(int64_t m, int64_t k, size_t *bytes);
 /* Group-128 Q8 of x[m][k] on the GPU into *out, bit-exact with pq2_quantize_q8_host. x is f32,
  * f16 or bf16 by x_dtype; x 16-byte aligned, rows contiguous. */

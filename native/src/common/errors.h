@@ -1,6 +1,7 @@
 /*
- * errors.h - the thread-local last error and the argument-check macros every entry point uses,
- * plus the overflow-checked size arithmetic. Shared by the C host half and the CUDA half.
+ * errors.h - the thread-local last error and the argument-check macros every entry point uses
+ * (null pointers, alignment), plus the overflow-checked size arithmetic. Shared by the C host half
+ * and the CUDA half.
  */
 #ifndef PQ2_COMMON_ERRORS_H
 #define PQ2_COMMON_ERRORS_H
@@ -50,6 +51,28 @@ pq2_status pq2_ok(void);
 #define PQ2_CHECK_PTR(fn, ptr)                                                                     \
     do {                                                                                           \
         if ((ptr) == NULL) return pq2_set_error(PQ2_ERR_NULL_POINTER, "%s: %s is NULL", fn, #ptr); \
+    } while (0)
+
+/* 1 when p is a multiple of a (a power of two); NULL is aligned (null checks are separate). */
+static inline int pq2_aligned(const void *p, uintptr_t a)
+{
+    return ((uintptr_t)p & (a - 1)) == 0;
+}
+
+/* The alignment of a type, for PQ2_CHECK_ALIGN in C and C++ alike. */
+#if defined(__cplusplus)
+#define PQ2_ALIGNOF(type) alignof(type)
+#else
+#define PQ2_ALIGNOF(type) _Alignof(type)
+#endif
+
+/* PQ2_ERR_ALIGNMENT unless ptr is a-byte aligned (pq2.h: a pointer to numbers is aligned for its
+ * type, the device operands as each entry point says); `fn` is the entry point name. */
+#define PQ2_CHECK_ALIGN(fn, ptr, a)                                                           \
+    do {                                                                                      \
+        if (!pq2_aligned((ptr), (a)))                                                         \
+            return pq2_set_error(PQ2_ERR_ALIGNMENT, "%s: %s = %p is not %d-byte aligned", fn, \
+                                 #ptr, (const void *)(ptr), (int)(a));                        \
     } while (0)
 
 /* Largest byte count the library handles: every size fits both size_t and int64_t. */

@@ -100,6 +100,7 @@ PQ2_API pq2_status pq2_layout_bytes(int32_t layout, int64_t n, int64_t k, int32_
 {
     pq2_view v;
     PQ2_CHECK_PTR("pq2_layout_bytes", bytes);
+    PQ2_CHECK_ALIGN("pq2_layout_bytes", bytes, PQ2_ALIGNOF(size_t));
     PQ2_CHECK(pq2_view_init(&v, "pq2_layout_bytes", "", layout, n, k, rt));
     *bytes = v.bytes;
     return pq2_ok();

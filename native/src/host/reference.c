@@ -71,6 +71,7 @@ PQ2_API pq2_status pq2_dequantize_host(const pq2_weights *w, float *out, size_t 
     pq2_view v;
     PQ2_CHECK(pq2_view_of_weights(&v, fn, "", w));
     PQ2_CHECK_PTR(fn, out);
+    PQ2_CHECK_ALIGN(fn, out, PQ2_ALIGNOF(float));
     PQ2_CHECK(check_rows(fn, "n", v.n, v.k));
     size_t need = (size_t)v.n * (size_t)v.k * sizeof(float);
     if (out_bytes != need)
@@ -100,6 +101,9 @@ PQ2_API pq2_status pq2_quantize_q8_host(const float *x, size_t x_bytes, int64_t 
     PQ2_CHECK_PTR(fn, q8);
     PQ2_CHECK_PTR(fn, scales);
     PQ2_CHECK_PTR(fn, sums);
+    PQ2_CHECK_ALIGN(fn, x, PQ2_ALIGNOF(float));
+    PQ2_CHECK_ALIGN(fn, scales, PQ2_ALIGNOF(float));
+    PQ2_CHECK_ALIGN(fn, sums, PQ2_ALIGNOF(int32_t));
     if (k <= 0 || k % PQ2_BLOCK_WEIGHTS != 0)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: k=%" PRId64 " is not a positive multiple of 128",
                              fn, k);
@@ -128,6 +132,8 @@ PQ2_API pq2_status pq2_matmul_host(const pq2_weights *w, const float *x, size_t 
     PQ2_CHECK(pq2_view_of_weights(&v, fn, "", w));
     PQ2_CHECK_PTR(fn, x);
     PQ2_CHECK_PTR(fn, y);
+    PQ2_CHECK_ALIGN(fn, x, PQ2_ALIGNOF(float));
+    PQ2_CHECK_ALIGN(fn, y, PQ2_ALIGNOF(float));
     PQ2_CHECK(check_rows(fn, "m", m, v.k));
     PQ2_CHECK(check_rows(fn, "m", m, v.n));
     PQ2_CHECK(pq2_check_buffer(fn, "x", x_bytes, (uint64_t)(m * v.k), sizeof(float)));

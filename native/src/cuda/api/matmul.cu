@@ -219,6 +219,7 @@ extern "C" PQ2_API pq2_status pq2_matmul_workspace_size(const pq2_weights *w, in
 {
     static const char fn[] = "pq2_matmul_workspace_size";
     PQ2_CHECK_PTR(fn, bytes);
+    PQ2_CHECK_ALIGN(fn, bytes, PQ2_ALIGNOF(size_t));
     pq2_view v;
     pq2_matmul_config cfg;
     int64_t blocks;
@@ -240,11 +241,17 @@ extern "C" PQ2_API pq2_status pq2_q8_kernel_operand_bytes(int64_t m, int64_t k, 
 {
     static const char fn[] = "pq2_q8_kernel_operand_bytes";
     PQ2_CHECK_PTR(fn, bytes);
+    PQ2_CHECK_ALIGN(fn, bytes, PQ2_ALIGNOF(size_t));
     if (m <= 0 || k <= 0 || k % 128 != 0)
         return pq2_set_error(PQ2_ERR_SHAPE,
                              "%s: m=%lld k=%lld: need m > 0 and k a positive multiple of 128", fn,
                              (long long)m, (long long)k);
-    *bytes = pq2_q8_kernel_operand_size(m, k);
+    size_t size;
+    if (!pq2_q8_kernel_operand_size(m, k, &size))
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: m=%lld k=%lld: the Q8 operand is too large (over %llu bytes)", fn,
+                             (long long)m, (long long)k, (unsigned long long)PQ2_MAX_BYTES);
+    *bytes = size;
     return pq2_ok();
 }
 

@@ -1,5 +1,6 @@
 // launch.cuh - the host side of every CUDA launch: CUDA errors as statuses, the launch
-// configuration (with programmatic dependent launch), pointer alignment checks.
+// configuration (with programmatic dependent launch). Pointer alignment checks are in
+// common/errors.h.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -50,15 +51,3 @@ struct pq2_launch {
     pq2_launch(const pq2_launch &) = delete;
     pq2_launch &operator=(const pq2_launch &) = delete;
 };
-
-static inline bool pq2_aligned(const void *p, uintptr_t a)
-{
-    return ((uintptr_t)p & (a - 1)) == 0;
-}
-
-#define PQ2_CHECK_ALIGN(fn, ptr, a)                                                           \
-    do {                                                                                      \
-        if (!pq2_aligned((ptr), (a)))                                                         \
-            return pq2_set_error(PQ2_ERR_ALIGNMENT, "%s: %s = %p is not %d-byte aligned", fn, \
-                                 #ptr, (const void *)(ptr), (int)(a));                        \
-    } while (0)

@@ -4,12 +4,15 @@
 #include "device/launch.cuh"
 #include "quantize/quantize.h"
 
-size_t pq2_q8_kernel_operand_size(int64_t m, int64_t k)
+int pq2_q8_kernel_operand_size(int64_t m, int64_t k, size_t *bytes)
 {
-    const size_t groups = (size_t)(k / 128);
-    if (m == 1) return groups * PQ2_BITS_GROUP_WORDS * sizeof(uint32_t);
-    if (m >= 2 && m <= 8) return groups * PQ2_TC_PAIRS * sizeof(int4);
-    return 0;
+    uint64_t q8, size = 0;
+    if (!pq2_mul_size((uint64_t)m, (uint64_t)k, &q8)) return 0;
+    const uint64_t groups = (uint64_t)(k / 128);
+    if (m == 1 && !pq2_mul_size(groups, PQ2_BITS_GROUP_WORDS * sizeof(uint32_t), &size)) return 0;
+    if (m >= 2 && m <= 8 && !pq2_mul_size(groups, PQ2_TC_PAIRS * sizeof(int4), &size)) return 0;
+    *bytes = (size_t)size;
+    return 1;
 }
 
 pq2_status pq2_q8_resolve(const char *fn, const char *name, const pq2_q8 *q, int64_t m, int64_t k,
@@ -19,7 +22,12 @@ pq2_status pq2_q8_resolve(const char *fn, const char *name, const pq2_q8 *q, int
     if (q->scales == nullptr || q->sums == nullptr)
         return pq2_set_error(PQ2_ERR_NULL_POINTER, "%s: %s->%s is NULL", fn, name,
                              q->scales ? "sums" : "scales");
-    const bool operand = q->kernel_operand != nullptr && pq2_q8_kernel_operand_size(m, k) > 0;
+    size_t operand_bytes;
+    if (!pq2_q8_kernel_operand_size(m, k, &operand_bytes))
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: %s of m=%lld k=%lld is too large (over %llu bytes)", fn, name,
+                             (long long)m, (long long)k, (unsigned long long)PQ2_MAX_BYTES);
+    const bool operand = q->kernel_operand != nullptr && operand_bytes > 0;
     if (q->q8 == nullptr && !(m == 1 && operand))
         return pq2_set_error(PQ2_ERR_NULL_POINTER,
                              "%s: %s->q8 is NULL (allowed only at m = 1 with a kernel operand)", fn,

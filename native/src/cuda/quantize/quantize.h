@@ -31,9 +31,11 @@ pq2_status pq2_token_records_launch(const char *fn, const float *scales, const i
 
 // ---- the Q8 operand (pq2.h pq2_q8) ----
 
-// Bytes of the kernel operand of an m x k operand: the bit slices (m == 1), the token records
-// (2 <= m <= 8), nothing above.
-size_t pq2_q8_kernel_operand_size(int64_t m, int64_t k);
+// Bytes of the kernel operand of an m x k operand (m > 0, k a positive multiple of 128) into
+// *bytes: the bit slices (m == 1), the token records (2 <= m <= 8), nothing above. Returns 0
+// (and leaves *bytes) where the operand's q8 (m * k bytes) or its kernel operand would be larger
+// than PQ2_MAX_BYTES, else 1.
+int pq2_q8_kernel_operand_size(int64_t m, int64_t k, size_t *bytes);
 
 // The pointers a writer of a Q8 operand fills (bits and records NULL where not given or not
 // read at this m).
