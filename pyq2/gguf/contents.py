@@ -1,118 +1,35 @@
 """A file as the original tensors it holds: every reader's view of a GGUF file's contents.
 
-`read_contents(gf)` lists a file's original tensors in their original order; repack, verify, info,
-the sharder and the model loader all read a file through it. A file written by
-`pyq2 repack --fuse` stores sibling projections as one fused tensor (pyq2.offline.fuse); the
-Entry of such a member names the fused tensor and the rows it takes there. pyq2.gguf.metadata
-holds the keys that say how to split a fused tensor: its members, and per member its first row,
-its rows and its place in the original file's tensor list. `read_contents` refuses fused metadata
-that contradicts the rest of the file: a member also stored as a tensor of its own, a member of
-two fused tensors, positions repeated or beyond the original tensor count, member keys of a
-tensor the file does not hold (metadata.fused_members checks each fused tensor against its own
-matrix). It also checks the checksum of every planes or tiles tensor (check_checksums: its bytes
-and the keys that describe it, one read of those tensors on a few threads), so that every reader
-refuses a damaged or relabelled tensor by name before it uses a byte of it; `pyq2 info`, which
-decodes no weight, skips that.
+`read_contents(gf)` lists a file's original tensors in their original order (each an Entry,
+pyq2.gguf.weights); repack, verify, info, the sharder and the model loader all read a file
+through it. A file written by `pyq2 repack --fuse` stores sibling projections as one fused
+tensor (pyq2.offline.fuse); the Entry of such a member names the fused tensor and the rows it
+takes there. pyq2.gguf.metadata holds the keys that say how to split a fused tensor: its
+members, and per member its first row, its rows and its place in the original file's tensor
+list. `read_contents` refuses fused metadata that contradicts the rest of the file: a member
+also stored as a tensor of its own, a member of two fused tensors, positions repeated or beyond
+the original tensor count, member keys of a tensor the file does not hold
+(metadata.fused_members checks each fused tensor against its own matrix). It also checks the
+checksum of every planes or tiles tensor (check_checksums: its bytes and the keys that describe
+it, one read of those tensors on a few threads), so that every reader refuses a damaged or
+relabelled tensor by name before it uses a byte of it; `pyq2 info`, which decodes no weight,
+skips that.
 """
 
 from __future__ import annotations
 
 import os
 import zlib
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-
-import numpy as np
 
 from ..errors import FormatError
 from . import metadata
 from . import weights as weight_io
-from .io import GGUFFile, OutTensor, Tensor
+from .io import GGUFFile, Tensor
 from .metadata import Member, WeightInfo
 from .splits import Split
-
-
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One tensor of the original file as this file holds it: a tensor of its own, or rows
-    [row0, row0 + info.n) of the fused tensor `fused`."""
-
-    name: str
-    tensor: Tensor  # the stored tensor (the fused tensor, for a member)
-    info: WeightInfo | None  # the weight itself (a member: shape [K, its rows]); None: no weight
-    stored: WeightInfo | None  # the stored tensor's (the fused matrix's, for a member)
-    row0: int = 0
-    fused: str | None = None
-    split: Split | None = None  # in a tensor-parallel shard: the part of the tensor it holds
-
-    def slices(
-        self, backend: weight_io.Backend, gf: GGUFFile, rows: int
-    ) -> Iterator[tuple[int, np.ndarray]]:
-        """(row, PQ2_0 raw bytes) of the weight's rows, `rows` at a time (rows counted from the
-        weight's first; `rows` a multiple of the stored tile height)."""
-        if self.info is None or self.stored is None:
-            raise ValueError(f"tensor '{self.name}' is not a PQ2-family weight")
-        return weight_io.raw_slices(
-            backend, gf, self.tensor, self.stored, rows, self.row0, self.info.n
-        )
-
-    def block(
-        self, backend: weight_io.Backend, gf: GGUFFile, a: int, b: int, g0: int, g1: int
-    ) -> np.ndarray:
-        """PQ2_0 raw bytes of rows [a, b) (counted from the weight's first) and 128-groups
-        [g0, g1) of the weight (weights.read_block): how a reader takes a row too wide for a
-        slice (weights.column_mode)."""
-        if self.info is None or self.stored is None:
-            raise ValueError(f"tensor '{self.name}' is not a PQ2-family weight")
-        return weight_io.read_block(
-            backend, gf, self.tensor, self.stored, self.row0 + a, self.row0 + b, g0, g1
-        )
-
-    @property
-    def ne(self) -> tuple[int, ...]:
-        """The logical shape (gguf order): a weight's, else the stored tensor's."""
-        return self.info.ne if self.info is not None else self.tensor.ne
-
-    @property
-    def input_width(self) -> int | None:
-        """The width of the activation a weight reads as the model defines it (its K; for a
-        shard's part of a row-parallel weight, the whole weight's): the width whose rotation
-        signs it uses. None for a tensor that is not a weight."""
-        if self.info is None:
-            return None
-        return self.split.extent if self.split is not None and self.split.axis == 0 else self.info.k
-
-    def out_tensor(self) -> OutTensor:
-        """How a repack writes a tensor that is not a weight: as it is."""
-        t = self.tensor
-        return OutTensor(t.name, t.type_id, t.ne, t.nbytes)
-
-    def chunks(self, gf: GGUFFile) -> Iterator[np.ndarray]:
-        """The bytes of a tensor that is not a weight, weight_io.PASS_CHUNK at a time (each
-        chunk's pages dropped once the next is asked for)."""
-        t = self.tensor
-        for start in range(0, t.nbytes, weight_io.PASS_CHUNK):
-            stop = min(start + weight_io.PASS_CHUNK, t.nbytes)
-            yield gf.data(t, start, stop)
-            gf.release(t, start, stop)
-
-    @property
-    def nbytes(self) -> int:
-        """Bytes of the stored tensor the entry stands for (a member: its share of the fused
-        tensor, so that the shares of a tensor add up to its size)."""
-        size = self.tensor.nbytes
-        if self.fused is None or self.stored is None or self.info is None:
-            return size
-        n = self.stored.n
-        return size * (self.row0 + self.info.n) // n - size * self.row0 // n
-
-    @property
-    def place(self) -> str:
-        """Where a member's rows are, for messages ("" for a tensor of its own)."""
-        if self.fused is None or self.info is None:
-            return ""
-        return f"rows {self.row0}..{self.row0 + self.info.n - 1} of fused tensor '{self.fused}'"
+from .weights import Entry
 
 
 @dataclass(frozen=True)
@@ -152,7 +69,9 @@ def check_checksums(
     (metadata.CHECKSUM_ATTR; FORMATS.md 5). FormatError naming the first tensor, in file order,
     whose bytes were damaged or whose pyq2 keys were changed. The tensors are read a chunk at a
     time, on up to CHECKSUM_WORKERS threads."""
-    stored = [t for t in gf.tensors if (i := infos.get(t.name)) is not None and i.layout != "raw"]
+    stored = [
+        t for t in gf.tensors if (i := infos.get(t.name)) is not None and i.layout.name != "raw"
+    ]
     if not stored:
         return
     index = metadata.describing_keys(gf.keys())

@@ -22,8 +22,9 @@ from ..errors import FormatError
 from ..spec import formats, reference
 from ..spec.rotation import Rotation
 from . import weights as weight_io
-from .contents import Entry, read_contents
+from .contents import read_contents
 from .io import GGUFFile
+from .weights import Entry
 
 DEFAULT_MAX_BYTES = 8 << 30  # float32 bytes the CPU reference takes by default
 _DENSE = {"F32": np.float32, "F16": np.float16}
@@ -69,7 +70,7 @@ def read_float_weights(
 def _dequantized(conv: weight_io.Backend, gf: GGUFFile, e: Entry) -> np.ndarray:
     assert e.info is not None and e.stored is not None
     n, k = e.info.n, e.info.k
-    rows = weight_io.slice_rows(k, weight_io.stored_tile_rows(e.stored))
+    rows = weight_io.slice_rows(k, e.stored.layout.tile_rows)
     out = np.empty((n, k), dtype=np.float32)
     for r0, raw in e.slices(conv, gf, rows):
         m = len(raw) // (k // formats.PQ2_BLOCK_WEIGHTS * formats.PQ2_BLOCK_BYTES)

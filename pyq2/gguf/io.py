@@ -243,20 +243,13 @@ class GGUFFile:
     def weight_info(self, t: Tensor) -> WeightInfo | None:
         """Describe a PQ2-family weight, or None for any other tensor (see pyq2.gguf.metadata).
         FormatError names the file and the tensor when its shape cannot be a weight's."""
-        info = metadata.weight_info(self, t.name, t.type_id, t.ne)
-        if info is not None and (info.k < 1 or info.n < 1):
-            raise FormatError(
-                f"{self.path}: tensor '{t.name}' ({type_name(info.source_type)}, "
-                f"{info.layout}) has shape {quoted(list(info.ne))}: a weight needs K >= 128 and "
-                f"at least one row"
-            )
-        return info
+        return metadata.weight_info(self, t.name, t.type_id, t.ne)
 
     def validate_weight_bytes(self, t: Tensor, info: WeightInfo, expected: int) -> None:
         if t.nbytes != expected:
             raise FormatError(
                 f"{self.path}: tensor '{t.name}' holds {t.nbytes} bytes, but a "
-                f"{info.layout} {quoted(list(info.ne))} weight takes {expected}"
+                f"{info.layout.name} {quoted(list(info.ne))} weight takes {expected}"
             )
 
 

@@ -66,6 +66,7 @@ from ..errors import FormatError, quoted
 from ..keyvalues import KeyValues
 from ..spec import layouts
 from ..spec.formats import PQ2_BLOCK_WEIGHTS
+from ..spec.layouts import Layout
 from .header import MAX_NAME_BYTES
 from .splits import Split
 from .types import I8, PQ2_FAMILY, type_name
@@ -99,14 +100,23 @@ STORED_LAYOUTS = tuple(name for name in layouts.LAYOUT_NAMES if name != "raw")
 
 @dataclass(frozen=True)
 class WeightInfo:
-    """A PQ2-family weight: stored raw (PQ2_0/PTQ1_0/TQ2_0) or repacked by pyq2 (I8 + metadata)."""
+    """A PQ2-family weight: stored raw (PQ2_0/PTQ1_0/TQ2_0) or repacked by pyq2 (I8 + metadata).
+
+    `layout` is the matrix as it is stored: raw for a plain ggml tensor (the raw layout of its
+    PQ2_0 blocks, whatever its source type), planes or tiles for a repacked one; N x K is its
+    logical shape ne = [K, N, ...] (N the product of the outer dimensions)."""
 
     source_type: int  # 142, 143 or 35
-    layout: str  # "raw" for a plain ggml tensor
-    rt: int
     ne: tuple[int, ...]  # logical shape, gguf order
-    k: int
-    n: int
+    layout: Layout
+
+    @property
+    def k(self) -> int:
+        return self.layout.k
+
+    @property
+    def n(self) -> int:
+        return self.layout.n
 
 
 @dataclass(frozen=True)
@@ -182,11 +192,12 @@ def weight_info(kv: KeyValues, name: str, type_id: int, ne: tuple[int, ...]) -> 
     """Describe the tensor `name` (ggml type type_id, shape ne) of the file kv if it is a
     PQ2-family weight, stored raw or repacked; None for any other tensor. FormatError names the
     file and the tensor when its pyq2 metadata is missing (naming the key), of another type,
-    inconsistent or of another version. The checksum key must be there (an unsigned integer);
-    pyq2.gguf.contents checks it against the tensor's bytes."""
-    if type_id in PQ2_FAMILY:
-        return WeightInfo(type_id, "raw", 0, ne, ne[0], _rows(ne))
+    inconsistent or of another version, or when its shape cannot be a weight's. The checksum key
+    must be there (an unsigned integer); pyq2.gguf.contents checks it against the tensor's
+    bytes."""
     where = f"{kv.path}: tensor '{name}'"
+    if type_id in PQ2_FAMILY:
+        return _weight(where, type_id, ne, "raw", 0)
     if not kv.has(tensor_key(name, "layout")):
         rest = [a for a in (*WEIGHT_ATTRS[1:], CHECKSUM_ATTR) if kv.has(tensor_key(name, a))]
         if rest:  # a weight whose layout key is gone must not pass as a plain I8 tensor
@@ -236,7 +247,18 @@ def weight_info(kv: KeyValues, name: str, type_id: int, ne: tuple[int, ...]) -> 
         )
     if shape[0] % PQ2_BLOCK_WEIGHTS:
         raise FormatError(f"{where}: K = {shape[0]} is not a multiple of {PQ2_BLOCK_WEIGHTS}")
-    return WeightInfo(source, layout, rt, shape, shape[0], _rows(shape))
+    return _weight(where, source, shape, layout, rt)
+
+
+def _weight(where: str, source: int, ne: tuple[int, ...], layout: str, rt: int) -> WeightInfo:
+    """The WeightInfo of a weight of shape ne; FormatError for a shape no weight has."""
+    k, n = ne[0], _rows(ne)
+    if k < 1 or n < 1 or k % PQ2_BLOCK_WEIGHTS:
+        raise FormatError(
+            f"{where} ({type_name(source)}, {layout}) has shape {quoted(list(ne))}: a weight "
+            f"needs K >= 128 and at least one row"
+        )
+    return WeightInfo(source, ne, Layout(layout, n, k, rt))
 
 
 def _uints(value: Any) -> bool:
@@ -254,8 +276,8 @@ def fused_members(kv: KeyValues, name: str, info: WeightInfo | None) -> tuple[Me
     missing = [tensor_key(name, a) for a in MEMBER_ATTRS if a not in present]
     if missing:
         raise FormatError(f"{where}: incomplete fused metadata (no {', '.join(missing)})")
-    if info is None or info.layout not in STORED_LAYOUTS:
-        what = "not a PQ2-family weight" if info is None else f"a {info.layout} weight"
+    if info is None or info.layout.name not in STORED_LAYOUTS:
+        what = "not a PQ2-family weight" if info is None else f"a {info.layout.name} weight"
         raise FormatError(f"{where}: fused metadata on {what} (a fused tensor is planes or tiles)")
     names, offsets, rows, positions = (
         typed_value(kv, tensor_key(name, a), kind, where, MAX_MEMBERS)
@@ -275,7 +297,7 @@ def fused_members(kv: KeyValues, name: str, info: WeightInfo | None) -> tuple[Me
         if n in seen:
             raise FormatError(f"{where}: member '{n}' is named twice")
         seen.add(n)
-    tr = layouts.tile_rows(info.layout, info.rt)
+    tr = info.layout.tile_rows
     end = 0
     for member, row0, n in zip(names, offsets, rows, strict=True):
         if n < 1:
@@ -288,8 +310,8 @@ def fused_members(kv: KeyValues, name: str, info: WeightInfo | None) -> tuple[Me
         if row0 % tr:
             raise FormatError(
                 f"{where}: member '{member}' starts at row {row0}, not at a multiple of the "
-                f"{tr}-row tiles of {info.layout} rt {info.rt} (every member but the last must "
-                f"be whole tiles)"
+                f"{tr}-row tiles of {info.layout.name} rt {info.layout.rt} (every member but "
+                f"the last must be whole tiles)"
             )
         end += n
     if end != info.n:
@@ -302,9 +324,7 @@ def fused_members(kv: KeyValues, name: str, info: WeightInfo | None) -> tuple[Me
 def member_info(fused: WeightInfo, member: Member) -> WeightInfo:
     """The WeightInfo of a member as its own weight: the fused tensor's type, layout and K, its
     own rows (its original shape [K, rows])."""
-    return WeightInfo(
-        fused.source_type, fused.layout, fused.rt, (fused.k, member.rows), fused.k, member.rows
-    )
+    return WeightInfo(fused.source_type, (fused.k, member.rows), fused.layout.rows(0, member.rows))
 
 
 def key_values(

@@ -117,6 +117,11 @@ class PQ2Weights:
         data = torch.from_numpy(buf).to(device or "cuda")
         return cls(data, n, k, layout, rt)
 
+    @property
+    def geometry(self) -> layouts.Layout:
+        """The matrix's Layout (name, n, k, rt): what pq2_weights says of it besides its bytes."""
+        return layouts.Layout(self.layout, self.n, self.k, self.rt)
+
     def struct(self):
         ffi, _ = _native.load()
         w = ffi.new("pq2_weights *")

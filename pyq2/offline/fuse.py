@@ -21,12 +21,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..errors import FormatError, RepackError
-from ..gguf.contents import Entry
 from ..gguf.io import GGUFFile, OutTensor
 from ..gguf.metadata import Member, WeightInfo
 from ..gguf.types import I8, PQ2_0, type_name
+from ..gguf.weights import Entry
 from ..plan.decode import ARCHITECTURES, Plan, decode_plan
-from ..spec import formats, layouts
+from ..spec.layouts import Layout
 from ..spec.rotation import Rotation
 
 
@@ -68,8 +68,8 @@ def _why_separate(
     if len(set(folded)) > 1:
         yes, no = (members[folded.index(v)].name for v in (True, False))
         return f"{yes} is folded with the rotation and {no} is not"
-    tr = layouts.tile_rows(layout, rt)
     for e, info in zip(members[:-1], infos, strict=False):
+        tr = Layout(layout, info.n, info.k, rt).tile_rows
         if info.n % tr:
             return (
                 f"{e.name} has {info.n} rows, not a whole number of the {tr}-row tiles of "
@@ -114,12 +114,14 @@ def plan_groups(
 @dataclass(frozen=True, slots=True)
 class Output:
     """One tensor of a repack's output: its parts in the source (the members, for a fused
-    tensor), what it is (a WeightInfo, None for a pass-through tensor) and how it is stored."""
+    tensor), what it is (a WeightInfo, None for a pass-through tensor), how it is stored and,
+    for a weight, its matrix in the output layout."""
 
     parts: tuple[Entry, ...]
     info: WeightInfo | None
     out: OutTensor
     members: tuple[Member, ...] = ()
+    target: Layout | None = None
 
 
 # The tiles layout pads a weight to whole tiles of 16*RT rows. A weight of fewer rows than a tile
@@ -128,27 +130,26 @@ class Output:
 PADDING_LIMIT = 16 << 20
 
 
-def stored_as(name: str, info: WeightInfo, layout: str, rt: int) -> OutTensor:
-    """How a weight of logical shape info.ne is stored in `layout`. RepackError when the tiles
-    padding would be more than PADDING_LIMIT and more than the weight's own bytes."""
-    if layout == "raw":
-        return OutTensor(name, PQ2_0, info.ne, formats.pq2_matrix_bytes(info.n, info.k))
+def stored_as(name: str, info: WeightInfo, target: Layout) -> OutTensor:
+    """How a weight of logical shape info.ne is stored as the matrix `target`. RepackError when
+    the tiles padding would be more than PADDING_LIMIT and more than the weight's own bytes."""
+    if target.name == "raw":
+        return OutTensor(name, PQ2_0, info.ne, target.bytes)
     if len(info.ne) > 2:
         raise FormatError(
-            f"tensor '{name}' has shape {list(info.ne)}: the {layout} layout "
+            f"tensor '{name}' has shape {list(info.ne)}: the {target.name} layout "
             f"holds 2-D matrices only (use --layout raw)"
         )
-    nbytes = layouts.layout_bytes(layout, info.n, info.k, rt)
-    padding = nbytes - formats.pq2_matrix_bytes(info.n, info.k)
+    nbytes = target.bytes
+    padding = nbytes - Layout("raw", target.n, target.k).bytes
     if padding > max(PADDING_LIMIT, nbytes - padding):
-        tr = layouts.tile_rows(layout, rt)
         raise RepackError(
-            f"tensor '{name}' has {info.n} rows of K = {info.k}: the tiles layout (rt {rt}) "
-            f"pads it to {layouts.stored_rows(layout, info.n, rt)} rows, {padding / 1e6:.1f} MB "
-            f"of padding for {(nbytes - padding) / 1e6:.1f} MB of weights; pyq2 refuses padding "
-            f"of more than {PADDING_LIMIT >> 20} MiB that is larger than the weight itself (no "
-            f"model has such a weight: its rows are fewer than one {tr}-row tile and very long). "
-            f"Use --layout planes, which pads nothing"
+            f"tensor '{name}' has {info.n} rows of K = {info.k}: the tiles layout (rt "
+            f"{target.rt}) pads it to {target.stored_rows} rows, {padding / 1e6:.1f} MB of "
+            f"padding for {(nbytes - padding) / 1e6:.1f} MB of weights; pyq2 refuses padding of "
+            f"more than {PADDING_LIMIT >> 20} MiB that is larger than the weight itself (no model "
+            f"has such a weight: its rows are fewer than one {target.tile_rows}-row tile and very "
+            f"long). Use --layout planes, which pads nothing"
         )
     return OutTensor(name, I8, (nbytes,), nbytes)
 
@@ -167,7 +168,9 @@ def output_plan(
         if e.info is None:
             items.append(Output((e,), None, e.out_tensor()))
         elif g is None:
-            items.append(Output((e,), e.info, stored_as(e.name, e.info, layout, rt)))
+            target = Layout(layout, e.info.n, e.info.k, rt)
+            out = stored_as(e.name, e.info, target)
+            items.append(Output((e,), e.info, out, (), target))
         elif g.name not in placed:
             placed.add(g.name)
             infos = [m.info for m in g.members if m.info is not None]
@@ -176,7 +179,8 @@ def output_plan(
                 members.append(Member(m.name, row0, mi.n, position[m.name]))
                 row0 += mi.n
             k = infos[0].k
-            info = WeightInfo(infos[0].source_type, "raw", 0, (k, row0), k, row0)
-            out = stored_as(g.name, info, layout, rt)
-            items.append(Output(g.members, info, out, tuple(members)))
+            info = WeightInfo(infos[0].source_type, (k, row0), Layout("raw", row0, k))
+            target = Layout(layout, row0, k, rt)
+            out = stored_as(g.name, info, target)
+            items.append(Output(g.members, info, out, tuple(members), target))
     return items

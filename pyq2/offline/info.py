@@ -23,10 +23,11 @@ from typing import Any, overload
 
 from ..errors import LINE_CHARS, FormatError, escaped, quoted, shown_path
 from ..gguf import io as gguf_io
-from ..gguf.contents import Entry, read_contents
+from ..gguf.contents import read_contents
 from ..gguf.io import GGUFFile, GGUFValueType, Tensor
 from ..gguf.metadata import KEY_FORMAT_VERSION, KEY_LAYOUT, TENSOR_KEY_PREFIX, Member, WeightInfo
 from ..gguf.types import type_name
+from ..gguf.weights import Entry
 from ..spec.rotation import PREFIX as HADAMARD_PREFIX
 from ..spec.rotation import Rotation
 
@@ -131,10 +132,12 @@ class TensorRows(Sequence[dict[str, Any]]):
         }
         if info is not None:
             row.update(
-                layout=info.layout, shape=list(info.ne), source_type=type_name(info.source_type)
+                layout=info.layout.name,
+                shape=list(info.ne),
+                source_type=type_name(info.source_type),
             )
-            if info.layout == "tiles":
-                row["rt"] = info.rt
+            if info.layout.name == "tiles":
+                row["rt"] = info.layout.rt
         if t.name in self._fused:
             row["members"] = [
                 {

@@ -44,10 +44,11 @@ from ..errors import FormatError, RepackError, shown_path
 from ..gguf import io as gguf_io
 from ..gguf import metadata
 from ..gguf import weights as weight_io
-from ..gguf.contents import Entry, read_contents
+from ..gguf.contents import read_contents
 from ..gguf.io import GGUFFile, OutTensor
-from ..gguf.weights import Backend, Progress
-from ..spec import formats, layouts
+from ..gguf.weights import Backend, Entry, Progress
+from ..spec import layouts
+from ..spec.layouts import Layout
 from . import fuse as fuse_mod
 from . import shard
 
@@ -148,91 +149,26 @@ class _Spool:
             self.file = None
 
 
-def _row_slices(
-    backend: Backend, gf: GGUFFile, part: Entry, layout: str, rt: int
-) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-    """(code piece, scale piece) of a part converted a slice of whole rows at a time; for the
-    raw layout (raw blocks, None)."""
-    assert part.info is not None and part.stored is not None
-    k = part.info.k
-    g = k // formats.PQ2_BLOCK_WEIGHTS
-    row_bytes = formats.pq2_matrix_bytes(1, k)
-    rows = weight_io.slice_rows(
-        k, layouts.tile_rows(layout, rt), weight_io.stored_tile_rows(part.stored)
-    )
-    for r0, raw in part.slices(backend, gf, rows):
-        formats.check_scales(raw, blocks_per_row=g, tensor=part.name, first_row=r0)
-        if layout == "raw":
-            yield raw, None
-            continue
-        n = len(raw) // row_bytes
-        out = backend.convert(raw, n, k, "raw", layout, 0, rt)
-        code_bytes, _ = layouts.region_bytes(layout, n, k, rt)
-        yield out[:code_bytes], out[code_bytes:]
-        del out, raw
-
-
-def _column_blocks(
-    backend: Backend, gf: GGUFFile, part: Entry, layout: str, rt: int
-) -> Iterator[tuple[np.ndarray, np.ndarray | None]]:
-    """The same pieces, for rows too wide for a slice (weights.column_mode): one tile of output
-    rows (one row for raw and planes) and a range of 128-groups at a time, in the order of the
-    output's regions (FORMATS.md 2: tiles store tile by tile, group by group; planes and raw
-    row by row), so that code pieces still come in file order and scale pieces too."""
-    assert part.info is not None and part.stored is not None
-    k, n = part.info.k, part.info.n
-    g = k // formats.PQ2_BLOCK_WEIGHTS
-    band = layouts.tile_rows(layout, rt)
-    cols = weight_io.block_groups(k, max(band, weight_io.stored_tile_rows(part.stored)))
-    for r0 in range(0, n, band):
-        r1 = min(r0 + band, n)
-        for g0 in range(0, g, cols):
-            g1 = min(g0 + cols, g)
-            raw = part.block(backend, gf, r0, r1, g0, g1)
-            weight_io.check_block_scales(raw, g1 - g0, part.name, r0, g0)
-            if layout == "raw":
-                yield raw, None
-                continue
-            width = (g1 - g0) * formats.PQ2_BLOCK_WEIGHTS
-            out = backend.convert(raw, r1 - r0, width, "raw", layout, 0, rt)
-            code_bytes, _ = layouts.region_bytes(layout, r1 - r0, width, rt)
-            yield out[:code_bytes], out[code_bytes:]
-            del out, raw
-
-
 def convert_weight(
     backend: Backend,
     gf: GGUFFile,
     parts: Sequence[Entry],
-    layout: str,
-    rt: int,
+    target: Layout,
     spool_dir: str | None = None,
 ) -> Iterator[np.ndarray]:
-    """Yield the bytes of one output weight in `layout`: the rows of `parts` one after another
-    (one weight, or the members of a fused tensor), checking every scale on the way.
-
-    Each part is converted in slices of whole rows (Entry.slices), or, where a slice of whole
-    rows would be wider than weights.CONVERT_CHUNK, in blocks of rows and columns (Entry.block,
-    _column_blocks). For a slice of rows that starts at a multiple of the tile height, the
-    planes/tiles bytes of the slice are one contiguous piece of the matrix's code region
-    followed by one contiguous piece of its scale region (FORMATS.md, "Slices"); every part but
-    the last is whole tiles (pyq2.offline.fuse), so that holds across parts too. The code pieces
-    are written as they come and the scale pieces (1/17 of the bytes) are kept (_Spool: in a
-    temporary file in spool_dir beyond SPOOL_MEMORY) and written after them.
-    """
-    k = parts[0].info.k if parts[0].info is not None else 0
+    """Yield the bytes of one output weight, the matrix `target`, in file order: the rows of
+    `parts` one after another (one weight, or the members of a fused tensor), converted and
+    every scale checked by pyq2.gguf.weights.convert. Its code pieces are written as they come
+    and its scale pieces (1/17 of the bytes) are kept (_Spool: in a temporary file in spool_dir
+    beyond SPOOL_MEMORY) and written after them; in the raw layout every piece is written as it
+    comes."""
     spool = _Spool(spool_dir)
     try:
-        for part in parts:
-            assert part.stored is not None
-            tall = (layouts.tile_rows(layout, rt), weight_io.stored_tile_rows(part.stored))
-            wide = weight_io.column_mode(k, *tall)
-            pieces = (_column_blocks if wide else _row_slices)(backend, gf, part, layout, rt)
-            for codes, scales in pieces:
-                yield codes
-                if scales is not None:
-                    spool.add(scales)
-                del codes, scales
+        for piece in weight_io.convert(backend, gf, parts, target):
+            yield piece.codes
+            if piece.scales is not None:
+                spool.add(piece.scales)
+            del piece
         yield from spool.pieces()
     finally:
         spool.close()
@@ -302,7 +238,8 @@ def _write(
         members = [m.name for m in item.members]
         keys = metadata.description_keys(index, out.name, members) if late else []
         crc = metadata.start_checksum(described[k] for k in keys)
-        for chunk in convert_weight(ops, gf, item.parts, layout, rt, spool_dir):
+        assert item.target is not None
+        for chunk in convert_weight(ops, gf, item.parts, item.target, spool_dir):
             if late is not None:
                 crc = zlib.crc32(np.ascontiguousarray(chunk).data, crc)
             yield chunk

@@ -23,10 +23,12 @@ from ..errors import FormatError
 from ..gguf import io as gguf_io
 from ..gguf import metadata
 from ..gguf import weights as weight_io
-from ..gguf.contents import Contents, Entry
+from ..gguf.contents import Contents
 from ..gguf.io import GGUFFile, OutTensor
+from ..gguf.metadata import WeightInfo
 from ..gguf.splits import Split
 from ..gguf.types import DENSE_TYPES, type_name, type_nbytes
+from ..gguf.weights import Entry
 from ..plan.decode import decode_plan
 from ..plan.tensor_parallel import ShardPlan, piece_indices, shard_plan
 from ..spec.formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS
@@ -135,7 +137,7 @@ def rows_of(
     """Raw PQ2_0 bytes of rows [a, b) of weight e, about `rows` rows at a time (a multiple of
     the stored tile height). A stored layout is read from the tile row a is in."""
     assert e.info is not None and e.stored is not None
-    tr = weight_io.stored_tile_rows(e.stored)
+    tr = e.stored.layout.tile_rows
     a0 = a - a % tr
     stop = min(-(-b // tr) * tr, e.info.n)
     row_bytes = e.info.k // PQ2_BLOCK_WEIGHTS * PQ2_BLOCK_BYTES
@@ -168,7 +170,7 @@ def shard_entries(gf: GGUFFile, contents: Contents, plan: ShardPlan, rank: int) 
             out.append(ShardEntry(e.name, e.tensor, None, None, source=e, split=split, rank=rank))
             continue
         ne = split.shape(e.info.ne, rank)
-        info = replace(e.info, ne=ne, k=ne[0], n=ne[1])
+        info = WeightInfo(e.info.source_type, ne, replace(e.info.layout, n=ne[1], k=ne[0]))
         out.append(ShardEntry(e.name, e.tensor, info, e.stored, source=e, split=split, rank=rank))
     return out
 

@@ -26,11 +26,11 @@ import numpy as np
 
 from ..gguf import io as gguf_io
 from ..gguf import weights as weight_io
-from ..gguf.contents import Contents, Entry, read_contents
+from ..gguf.contents import Contents, read_contents
 from ..gguf.io import GGUFFile
 from ..gguf.metadata import KEY_PREFIX, shard_of
 from ..gguf.splits import order_shards
-from ..gguf.weights import Backend, stored_tile_rows
+from ..gguf.weights import Backend, Entry
 from ..spec.formats import PQ2_BLOCK_BYTES, PQ2_BLOCK_WEIGHTS, pq2_unpack
 from . import shard
 
@@ -141,7 +141,7 @@ def _compare_entry(
     if wa.ne != wb.ne:
         return f"tensor '{a.name}': logical shape {list(wa.ne)} vs {list(wb.ne)}"
     # The same rows from both files (the shapes are equal), on the tiles of both.
-    tall = (stored_tile_rows(a.stored or wa), stored_tile_rows(b.stored or wb))
+    tall = ((a.stored or wa).layout.tile_rows, (b.stored or wb).layout.tile_rows)
     if weight_io.column_mode(wa.k, *tall):  # rows too wide for a slice: blocks of them
         pairs = _blocks(ops, a, fa, b, fb, math.lcm(*tall))
     else:

@@ -38,17 +38,18 @@ import numpy as np
 from ..errors import FormatError
 from ..gguf import io as gguf_io
 from ..gguf import weights as weight_io
-from ..gguf.contents import Contents, Entry, read_contents
+from ..gguf.contents import Contents, read_contents
 from ..gguf.io import Tensor
 from ..gguf.metadata import Member
 from ..gguf.splits import Split
 from ..gguf.types import DENSE_TYPES, type_name
-from ..gguf.weights import Progress
+from ..gguf.weights import Entry, Progress
 from ..lib.cuda import DeviceRotation, PQ2Weights
 from ..lib.optional import require_torch
 from ..plan.decode import PRESETS, Dims, Plan, decode_plan
 from ..plan.tensor_parallel import head_rows, rank_signs, shard_plan
 from ..spec import formats, layouts
+from ..spec.layouts import Layout
 from ..spec.rotation import Rotation
 
 
@@ -63,9 +64,7 @@ class Part:
     def copy(self) -> PQ2Weights:
         """The rows as a matrix of their own (a device copy: its code and scale pieces)."""
         f = self.matrix
-        codes, scales = layouts.slice_ranges(
-            f.layout, f.n, f.k, f.rt, self.row0, self.row0 + self.rows
-        )
+        codes, scales = f.geometry.row_ranges(self.row0, self.row0 + self.rows)
         pieces = [f.data[codes.start : codes.stop], f.data[scales.start : scales.stop]]
         data = (
             np.concatenate(pieces)
@@ -220,19 +219,19 @@ def check(gf) -> Checked:
 def assemble(
     gf,
     checked: Checked,
-    upload: Callable[[Entry], PQ2Weights],
+    upload: Callable[[Entry, Layout], Any],
     upload_dense: Callable[[Tensor, tuple[str, Any]], Any],
     layout: str,
     rt: int,
     progress: Progress | None = None,
 ) -> tuple[dict[str, Weight], dict[str, Fused], dict[str, Any]]:
     """The weights, fused matrices and dense tensors of a checked file, in its original order,
-    each made by `upload` (an Entry to its matrix in layout/rt) or `upload_dense`. A fused tensor
-    is uploaded as one matrix when its members are whole tiles of layout/rt, else member by
-    member."""
+    each made by `upload` (an Entry to its bytes as the matrix given, in layout/rt) or
+    `upload_dense`. A fused tensor is uploaded as one matrix when its members are whole tiles of
+    layout/rt, else member by member."""
     rot = checked.rotation
     fused_in = checked.contents.fused
-    tr = layouts.tile_rows(layout, rt)
+    tr = Layout(layout, 1, formats.PQ2_BLOCK_WEIGHTS, rt).tile_rows  # the tile height of layout/rt
     weights: dict[str, Weight] = {}
     fused: dict[str, Fused] = {}
     dense: dict[str, Any] = {}
@@ -241,18 +240,23 @@ def assemble(
     def width(name: str, k: int) -> int | None:
         return k if rot is not None and rot.carries(name) else None
 
+    def matrix(e: Entry, target: Layout) -> PQ2Weights:
+        return PQ2Weights(upload(e, target), target.n, target.k, target.name, target.rt)
+
     for e in checked.contents.entries:
         info = e.info
         if info is None:
             dense[e.name] = upload_dense(e.tensor, checked.dense[e.name])
         elif e.fused is None or any(m.row0 % tr for m in fused_in[e.fused]):
             source = type_name(info.source_type)
-            weights[e.name] = Weight(e.name, upload(e), source, width(e.name, info.k))
+            target = Layout(layout, info.n, info.k, rt)
+            weights[e.name] = Weight(e.name, matrix(e, target), source, width(e.name, info.k))
         else:
             if e.fused not in fused:
+                assert e.stored is not None
                 whole = Entry(e.fused, e.tensor, e.stored, e.stored)
-                matrix = upload(whole)
-                w = Weight(e.fused, matrix, type_name(info.source_type), width(e.name, info.k))
+                m = matrix(whole, Layout(layout, e.stored.n, e.stored.k, rt))
+                w = Weight(e.fused, m, type_name(info.source_type), width(e.name, info.k))
                 fused[e.fused] = Fused(w, fused_in[e.fused])
             f = fused[e.fused].weight
             part = Part(f.matrix, e.row0, info.n)
@@ -263,30 +267,26 @@ def assemble(
     return weights, fused, dense
 
 
-def _upload_weight(backend, gf, e: Entry, layout: str, rt: int, staging, device) -> PQ2Weights:
-    """The weight converted to `layout` slice by slice into one device buffer."""
-    torch = require_torch()
-    info = e.info
-    assert info is not None and e.stored is not None
-    rt = layouts.layout_rt(layout, rt)
-    total = layouts.layout_bytes(layout, info.n, info.k, rt)
-    dev = torch.empty(total, dtype=torch.uint8, device=device)
-    tr = layouts.tile_rows(layout, rt)
-    rows = weight_io.slice_rows(info.k, tr, weight_io.stored_tile_rows(e.stored))
-    g = info.k // formats.PQ2_BLOCK_WEIGHTS
-    for r0, raw in e.slices(backend, gf, rows):
-        n = raw.size // (g * formats.PQ2_BLOCK_BYTES)
-        formats.check_scales(raw, blocks_per_row=g, tensor=e.name, first_row=r0)
-        conv = backend.convert(raw, n, info.k, "raw", layout, 0, rt)
-        codes, scales = layouts.slice_ranges(layout, info.n, info.k, rt, r0, r0 + n)
-        for dst, piece in ((codes, conv[: len(codes)]), (scales, conv[len(codes) :])):
-            if piece.size > staging.numel():  # rows wider than the staging buffer
-                staging = torch.empty(piece.size, dtype=torch.uint8).pin_memory()
-            host = staging[: piece.size]
-            host.copy_(torch.from_numpy(piece))
-            dev[dst.start : dst.stop].copy_(host, non_blocking=True)
-            torch.cuda.current_stream(dev.device).synchronize()  # the staging buffer is reused
-    return PQ2Weights(dev, info.n, info.k, layout, rt)
+def _upload_weight(
+    torch: Any, backend: weight_io.Backend, gf, e: Entry, target: Layout, staging, device
+) -> Any:
+    """The bytes of weight e as the matrix `target` in one device buffer: converted and placed
+    piece by piece (pyq2.gguf.weights.convert), each piece through the pinned `staging` buffer
+    (None: copied directly, for a device in host memory)."""
+    dev = torch.empty(target.bytes, dtype=torch.uint8, device=device)
+    for piece in weight_io.convert(backend, gf, [e], target):
+        for at, data in ((piece.code_at, piece.codes), (piece.scale_at, piece.scales)):
+            if data is None:
+                continue
+            src = torch.from_numpy(data)
+            if staging is not None:
+                if data.size > staging.numel():  # rows wider than the staging buffer
+                    staging = torch.empty(data.size, dtype=torch.uint8).pin_memory()
+                src = staging[: data.size].copy_(src)
+            dev[at : at + data.size].copy_(src, non_blocking=staging is not None)
+            if staging is not None:  # the staging buffer is reused
+                torch.cuda.current_stream(dev.device).synchronize()
+    return dev
 
 
 def _upload_dense(gf, t, storage, device):
@@ -320,7 +320,7 @@ def load(
             weights, fused, dense = assemble(
                 gf,
                 checked,
-                lambda e: _upload_weight(backend, gf, e, layout, rt, staging, device),
+                lambda e, target: _upload_weight(torch, backend, gf, e, target, staging, device),
                 lambda t, storage: _upload_dense(gf, t, storage, device),
                 layout,
                 rt,
@@ -410,7 +410,7 @@ def synthetic(
             dense[name] = _synthetic_dense(name, tuple(reversed(ne)), gen, device)
             continue
         k, n = ne
-        codes, scales = layouts.region_bytes("tiles", n, k, 2)
+        codes, scales = Layout("tiles", n, k, 2).regions
         data = torch.empty(codes + scales, dtype=torch.uint8, device=device)
         idx = torch.randint(0, lut.numel(), (codes,), generator=gen, device=device)
         data[:codes] = lut[idx]

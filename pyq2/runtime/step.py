@@ -51,7 +51,6 @@ from ..lib.cuda import PQ2Weights, Q8Operand, norm_rotate_q8, rotate_q8, swiglu_
 from ..lib.optional import require_torch
 from ..plan.decode import Stage
 from ..plan.tensor_parallel import head_rows
-from ..spec import layouts
 from .collective import Collective
 from .load import Model
 
@@ -320,7 +319,7 @@ def fusable(mats: list[PQ2Weights]) -> bool:
     such matrices concatenate region by region)."""
     if len(mats) < 2 or any(w.layout != "tiles" or w.rt != mats[0].rt for w in mats):
         return False
-    tr = layouts.tile_rows("tiles", mats[0].rt)
+    tr = mats[0].geometry.tile_rows
     return all(w.n % tr == 0 for w in mats[:-1]) and len({w.k for w in mats}) == 1
 
 
@@ -331,7 +330,7 @@ def concat_rows(mats: list[PQ2Weights]) -> PQ2Weights:
     torch = require_torch()
     codes, scales = [], []
     for w in mats:
-        split = layouts.region_bytes(w.layout, w.n, w.k, w.rt)[0]
+        split = w.geometry.regions[0]
         codes.append(w.data[:split])
         scales.append(w.data[split:])
     first = mats[0]

@@ -10,6 +10,7 @@ from pyq2.errors import FormatError
 from pyq2.gguf import metadata
 from pyq2.gguf.metadata import WeightInfo
 from pyq2.gguf.types import F32, I8, PQ2_0, PTQ1_0
+from pyq2.spec.layouts import Layout
 
 HEADER = Path(__file__).resolve().parents[2] / "native" / "include" / "pq2.h"
 
@@ -38,26 +39,26 @@ def test_format_version_is_the_headers():
 @pytest.mark.parametrize("layout,rt", [("planes", 0), ("tiles", 1), ("tiles", 4)])
 def test_key_values_read_back(layout, rt):
     weights = [
-        ("w.a", WeightInfo(PQ2_0, "raw", 0, (256, 100), 256, 100)),
-        ("w.b", WeightInfo(PTQ1_0, "raw", 0, (384, 7), 384, 7)),
+        ("w.a", WeightInfo(PQ2_0, (256, 100), Layout("raw", 100, 256))),
+        ("w.b", WeightInfo(PTQ1_0, (384, 7), Layout("raw", 7, 384))),
     ]
     keys = Keys(metadata.key_values(layout, rt, weights))
     assert keys.value("pyq2.format_version") == 2 and keys.value("pyq2.layout") == layout
     for name, info in weights:
         got = metadata.weight_info(keys, name, I8, (1000,))
-        assert got == WeightInfo(info.source_type, layout, rt, info.ne, info.k, info.n)
+        assert got == WeightInfo(info.source_type, info.ne, Layout(layout, info.n, info.k, rt))
 
 
 def test_plain_tensors():
     keys = Keys([])
     assert metadata.weight_info(keys, "w", PQ2_0, (128, 3)) == WeightInfo(
-        PQ2_0, "raw", 0, (128, 3), 128, 3
+        PQ2_0, (128, 3), Layout("raw", 3, 128)
     )
     assert metadata.weight_info(keys, "norm", F32, (128,)) is None
 
 
 def test_incomplete_metadata():
-    info = WeightInfo(PQ2_0, "raw", 0, (256, 100), 256, 100)
+    info = WeightInfo(PQ2_0, (256, 100), Layout("raw", 100, 256))
     items = [
         kv for kv in metadata.key_values("tiles", 2, [("w", info)]) if not kv[0].endswith(".rt")
     ]
@@ -66,21 +67,21 @@ def test_incomplete_metadata():
 
 
 def test_fused_key_values_read_back():
-    info = WeightInfo(PQ2_0, "raw", 0, (256, 96), 256, 96)
+    info = WeightInfo(PQ2_0, (256, 96), Layout("raw", 96, 256))
     members = (metadata.Member("w.a", 0, 64, 3), metadata.Member("w.b", 64, 32, 1))
     items = metadata.key_values("tiles", 2, [("w.a+b", info)], {"w.a+b": members})
     keys = Keys(items)
     fused = metadata.weight_info(keys, "w.a+b", I8, (1000,))
     assert metadata.fused_members(keys, "w.a+b", fused) == members
     assert metadata.member_info(fused, members[1]) == WeightInfo(
-        PQ2_0, "tiles", 2, (256, 32), 256, 32
+        PQ2_0, (256, 32), Layout("tiles", 32, 256, 2)
     )
     assert metadata.fused_members(Keys(items[:6]), "w.a+b", fused) is None  # no member keys
 
 
 def test_fused_members_on_tiles():
     """Every member but the last must be whole tiles (32 rows at rt 2); planes take any rows."""
-    info = WeightInfo(PQ2_0, "raw", 0, (256, 96), 256, 96)
+    info = WeightInfo(PQ2_0, (256, 96), Layout("raw", 96, 256))
     members = (metadata.Member("w.a", 0, 40, 0), metadata.Member("w.b", 40, 56, 1))
     for layout, rt, ok in (("planes", 0, True), ("tiles", 1, False), ("tiles", 2, False)):
         items = metadata.key_values(layout, rt, [("f", info)], {"f": members})

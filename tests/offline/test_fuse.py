@@ -494,7 +494,7 @@ def test_non_finite_scale_read_from_a_fused_file_names_the_member(tmp_path, fuse
     def poison(blob, f):  # attn_k's row 3 is row 515 of the fused tiles matrix
         t = f.tensor(FUSED)
         info = f.weight_info(t)
-        _, scales = layouts.slice_ranges("tiles", info.n, info.k, 2, 512, 544)
+        _, scales = layouts.Layout("tiles", info.n, info.k, 2).row_ranges(512, 544)
         # tiles rt 2: row 3 of a tile is sub-tile 0, h 0, gid 3: scale index 2*3 of group 0
         blob[t.offset + scales.start + 2 * 3 * 2 : t.offset + scales.start + 2 * 3 * 2 + 2] = (
             np.float16(np.inf).tobytes()

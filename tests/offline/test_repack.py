@@ -224,7 +224,7 @@ def test_pyq2_metadata(tmp_path, model):
             assert f.value(key + "shape") == [k, n] and f.array_type(key + "shape") == V.UINT64
             assert f.value(key + "source_type") == 142
             info = f.weight_info(f.tensor(name))
-            assert (info.layout, info.rt, info.k, info.n) == ("tiles", 2, k, n)
+            assert (info.layout.name, info.layout.rt, info.k, info.n) == ("tiles", 2, k, n)
 
 
 def test_a_loader_expecting_pq2_fails_loudly(tmp_path, model):

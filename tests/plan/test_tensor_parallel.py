@@ -27,7 +27,7 @@ from pyq2.offline.verify import verify
 from pyq2.plan.decode import PRESETS, Dims, Keys, decode_plan
 from pyq2.plan.tensor_parallel import Split, shard_plan, unit_ranges
 from pyq2.runtime import load as model
-from pyq2.spec import formats, layouts, reference
+from pyq2.spec import formats, reference
 from pyq2.spec.rotation import Rotation
 
 from ..conftest import listing, patched, reseal, run_pyq2
@@ -234,8 +234,8 @@ def _raw_rows(path):
                 item = {0: 4, 1: 2, 30: 2}[t.type_id]
                 out[t.name] = data.view(f"V{item}").reshape(tuple(reversed(t.ne)))
                 continue
-            if info.layout != "raw":
-                data = layouts.to_raw(data, info.n, info.k, info.layout, info.rt)
+            if info.layout.name != "raw":
+                data = info.layout.to_raw(data)
             elif info.source_type == gguf_io.PTQ1_0:
                 data = formats.ptq1_to_pq2(data)
             out[t.name] = data.reshape(info.n, info.k // 128, 34)

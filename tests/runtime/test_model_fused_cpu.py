@@ -10,11 +10,9 @@ import pytest
 from pyq2.errors import FormatError
 from pyq2.gguf import io as gguf_io
 from pyq2.gguf import weights as weight_io
-from pyq2.lib.cuda import PQ2Weights
 from pyq2.offline.repack import repack
 from pyq2.runtime.load import Model, assemble, check
 from pyq2.runtime.step import matmul_groups
-from pyq2.spec import layouts
 
 from ..conftest import reseal
 from ..offline.test_fuse import ATTN, FFN, FUSED, GDN, _key, _names, _u64, with_keys, write_qwen35
@@ -26,10 +24,8 @@ def cpu_model(path, layout="tiles", rt=2):
     with gguf_io.open_gguf(path) as gf:
         checked = check(gf)
 
-        def upload(e):
-            raw = np.concatenate([r for _, r in e.slices(backend, gf, 1 << 20)])
-            data = layouts.from_raw(raw, e.info.n, e.info.k, layout, rt)
-            return PQ2Weights(data, e.info.n, e.info.k, layout, layouts.layout_rt(layout, rt))
+        def upload(e, target):
+            return target.from_raw(np.concatenate([r for _, r in e.slices(backend, gf, 1 << 20)]))
 
         def upload_dense(t, storage):
             return np.array(gf.data(t)).view(storage[1])
@@ -78,7 +74,7 @@ def test_fused_file_serves_the_fused_matrix_as_it_is(files):
         # run-time fusion of the unfused file concatenates the same bytes
         ((parts, cols),) = matmul_groups(plain, stage.projections, True)
         assert cols == columns
-        splits = [layouts.region_bytes("tiles", p.n, p.k, 2)[0] for p in parts]
+        splits = [p.geometry.regions[0] for p in parts]
         codes = [p.data[:s] for p, s in zip(parts, splits, strict=True)]
         scales = [p.data[s:] for p, s in zip(parts, splits, strict=True)]
         assert np.array_equal(np.concatenate(codes + scales), f.weight.matrix.data)

@@ -158,19 +158,20 @@ def test_tiles_every_lane_formula():
 
 
 @pytest.mark.parametrize("layout,rt", [("planes", 0), ("tiles", 1), ("tiles", 2), ("tiles", 4)])
-def test_slice_ranges_hold_the_rows_own_layout_bytes(layout, rt):
+def test_row_ranges_hold_the_rows_own_layout_bytes(layout, rt):
     """Rows [r0, r1) of a matrix (r0 on a tile, r1 on a tile or the last row) are one piece of
     its code region and one of its scale region: the bytes of those rows as a matrix alone
     (FORMATS.md "Slices"), what a member of a fused tensor is."""
     n, k = 100, 384
     raw = random_raw(n, k, seed=5)
-    whole = L.from_raw(raw, n, k, layout, rt)
-    tr = L.tile_rows(layout, rt)
+    m = L.Layout(layout, n, k, rt)
+    whole = m.from_raw(raw)
+    tr = m.tile_rows
     row = k // 128 * 34
     cuts = sorted({0, n, *range(tr, n, 3 * tr)})
     for r0, r1 in zip(cuts, cuts[1:], strict=False):
-        codes, scales = L.slice_ranges(layout, n, k, rt, r0, r1)
-        alone = L.from_raw(raw[r0 * row : r1 * row], r1 - r0, k, layout, rt)
+        codes, scales = m.row_ranges(r0, r1)
+        alone = m.rows(r0, r1).from_raw(raw[r0 * row : r1 * row])
         assert np.array_equal(
             np.concatenate([whole[codes.start : codes.stop], whole[scales.start : scales.stop]]),
             alone,
@@ -178,4 +179,4 @@ def test_slice_ranges_hold_the_rows_own_layout_bytes(layout, rt):
     if tr > 1:
         for r0, r1 in ((1, n), (0, tr + 1), (tr, tr)):
             with pytest.raises(ValueError, match="do not start and end on tiles"):
-                L.slice_ranges(layout, n, k, rt, r0, r1)
+                m.row_ranges(r0, r1)

@@ -1,0 +1,53 @@
+"""The loader's upload of a weight (pyq2.runtime.load._upload_weight) without a GPU, into host
+memory: from every stored layout to every layout the matmul reads, in slices of rows and in
+blocks of rows and columns, it gives the bytes of one whole conversion (pyq2.spec.layouts)."""
+
+import numpy as np
+import pytest
+
+from pyq2.gguf import io as gguf_io
+from pyq2.gguf import weights as weight_io
+from pyq2.gguf.contents import read_contents
+from pyq2.offline.repack import repack
+from pyq2.runtime import load
+from pyq2.spec.layouts import Layout
+
+torch = pytest.importorskip("torch")
+
+TARGETS = [("planes", 0), ("tiles", 1), ("tiles", 2), ("tiles", 4)]
+
+
+@pytest.fixture(scope="module")
+def sources(demo_gguf, tmp_path_factory):
+    d = tmp_path_factory.mktemp("upload")
+    repack(demo_gguf, d / "planes.gguf", layout="planes")
+    repack(demo_gguf, d / "tiles.gguf", layout="tiles", rt=4)
+    return {"raw": demo_gguf, "planes": d / "planes.gguf", "tiles": d / "tiles.gguf"}
+
+
+def raw_weights(path):
+    """name -> PQ2_0 raw bytes of every weight of the file."""
+    backend = weight_io.Backend("numpy")
+    with gguf_io.open_gguf(path) as gf:
+        return {
+            e.name: np.concatenate([r for _, r in e.slices(backend, gf, 1 << 20)])
+            for e in read_contents(gf).entries
+            if e.info is not None
+        }
+
+
+@pytest.mark.parametrize("chunk", [16 << 20, 128], ids=["slices", "blocks"])
+@pytest.mark.parametrize("stored", ["raw", "planes", "tiles"])
+def test_upload_gives_the_whole_conversion(sources, monkeypatch, stored, chunk):
+    monkeypatch.setattr(weight_io, "CONVERT_CHUNK", chunk)  # 128 B: less than one row
+    raws = raw_weights(sources["raw"])
+    backend = weight_io.Backend()
+    with gguf_io.open_gguf(sources[stored]) as gf:
+        for e in read_contents(gf).entries:
+            if e.info is None:
+                continue
+            for name, rt in TARGETS:
+                target = Layout(name, e.info.n, e.info.k, rt)
+                got = load._upload_weight(torch, backend, gf, e, target, None, "cpu")
+                want = target.from_raw(raws[e.name])
+                assert np.array_equal(got.numpy(), want), (e.name, name, rt)
