@@ -3,7 +3,7 @@
 `read_float_weights(gf)` gives every tensor of a GGUF file (raw PQ2_0 / PTQ1_0 / TQ2_0, or
 repacked by pyq2, fused or not) as a float32 numpy array in numpy order (a ggml [K, N] matrix is
 [N, K]): PQ2-family weights dequantised; folded weights (the file's prism.hadamard.* contract,
-FORMATS.md "Prism Hadamard rotation") unfolded, so that they read un-rotated activations; F32,
+FORMATS.md 4) unfolded, so that they read un-rotated activations; F32,
 F16 and BF16 tensors as they are. The file's tensor and key conventions are otherwise kept (the
 qwen35 conventions are pyq2.spec.qwen35's). One exception makes the result one convention: a
 folded `ssm_out` of a file whose contract says `gdn_v_grouped` reads its input in the grouped

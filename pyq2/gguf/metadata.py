@@ -1,55 +1,22 @@
 """The pyq2.* metadata of a GGUF file: how weights repacked into a resident layout are stored.
 
-A weight repacked into the `planes` or `tiles` layout is NOT stored under its quantisation type:
-the bytes are no longer PQ2_0 blocks, and a host that does not know pyq2 must never read them as
-if they were. Each such tensor is written as ggml type I8 (24), 1-D, with one element per byte,
-under the same tensor name. A llama.cpp-style loader that expects a 2-D PQ2_0 tensor of that
-name then fails loudly on type and shape instead of computing garbage. What the bytes are is
-recorded in metadata (format version FORMAT_VERSION, which is PQ2_FORMAT_VERSION of pq2.h):
+FORMATS.md 5 specifies the keys (their names, types, values and order, and the checksum and
+what it covers), 5.1 those of a fused tensor and 5.2 those of a tensor-parallel shard; this
+module is their schema in code. Why they exist: a weight repacked into the `planes` or `tiles`
+layout is no longer PQ2_0 blocks, and a host that does not know pyq2 must never read it as if it
+were, so it is stored as a 1-D I8 tensor under its own name (a loader that expects a 2-D PQ2_0
+tensor fails loudly on type and shape instead of computing garbage), and the keys say what its
+bytes are. Readers hold each key to its type (typed_value: "2" for an rt, floats for a shape are
+refused), name a missing one, and read only format version FORMAT_VERSION (PQ2_FORMAT_VERSION of
+pq2.h: nothing in the bytes of another version tells them apart).
 
-    pyq2.format_version            u32     = 2
-    pyq2.layout                    string  "planes" or "tiles"
-    pyq2.tensor.<name>.layout      string  "planes" or "tiles"
-    pyq2.tensor.<name>.rt          u32     RT of the tile layout (1, 2, 4); 0 for planes
-    pyq2.tensor.<name>.shape       u64[]   logical ne of the weight as gguf orders it: [K, N]
-    pyq2.tensor.<name>.source_type u32     ggml type of the source: 142, 143 or 35
-    pyq2.tensor.<name>.crc32       u32     CRC-32 of the records of its other pyq2.tensor.*
-                                           keys (describing_keys) and of its bytes (last)
-
-Each key is held to its type (typed_value: "2" for an rt, floats for a shape are refused) and a
-missing one is named; FORMATS.md 5 is the specification, the checksum and its coverage included.
-
-A fused tensor (`pyq2 repack --fuse`, pyq2.offline.fuse) is such a weight whose rows are those of
-sibling weights one after another; four more keys say how to split it:
-
-    pyq2.tensor.<name>.members          string[] the original tensors, in row order
-    pyq2.tensor.<name>.member_offsets   u64[]    the first row of each
-    pyq2.tensor.<name>.member_rows      u64[]    the rows (N) of each
-    pyq2.tensor.<name>.member_positions u64[]    the index of each in the original tensor list
-
-A member's original type is the fused tensor's source_type and its shape [K, member rows].
-
-A shard of a tensor-parallel set (`pyq2 repack --tp G`, pyq2.plan.tensor_parallel) says which it
-is, and per tensor it holds a part of (the plan's Split; a fused member's keys are under the
-member's name):
-
-    pyq2.tp.size                   u32     G
-    pyq2.tp.rank                   u32     this shard's rank, 0..G-1
-    pyq2.tensor.<name>.tp_axis     u32     the gguf axis cut: 0 input columns, 1 output rows
-    pyq2.tensor.<name>.tp_extent   u64     the whole tensor's size along it
-    pyq2.tensor.<name>.tp_pieces   u64[]   start, stop of each range held, in order
-
-The pyq2.* keys follow all of the source's keys, which keep their order, types and bytes. Layout
-`raw` writes plain PQ2_0 tensors (type 142, the logical shape) and no pyq2.* keys, so repacking
-a planes/tiles file back to raw restores the original tensor bytes exactly when the source was
-PQ2_0; PTQ1_0 and TQ2_0 sources come back as the equivalent PQ2_0 (same weights).
-
-This module is the schema: the key names, `weight_info` (a file's keys for one tensor to a
-WeightInfo), `fused_members` (a fused tensor's members, checked against its shape and layout)
-and `key_values` (the keys a repacked file gets); for shards `shard_of` (a file's rank),
+The module holds the key names, `weight_info` (a file's keys for one tensor to a WeightInfo),
+`fused_members` (a fused tensor's members, checked against its shape and layout) and
+`key_values` (the keys a repacked file gets); for shards `shard_of` (a file's rank),
 `tensor_split` (a tensor's part, checked against its shape) and `split_key_values` (a shard's
-keys). pyq2.gguf.io reads and writes them; pyq2.offline.fuse checks what only the whole file can
-tell (member names and positions).
+keys); and the checksum's coverage (`describing_keys`, `description_keys`, `start_checksum`).
+pyq2.gguf.io reads and writes them; pyq2.gguf.contents checks what only the whole file can tell
+(member names and positions, the checksums against the bytes).
 """
 
 from __future__ import annotations

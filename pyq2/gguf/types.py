@@ -1,7 +1,7 @@
 """The ggml tensor types pyq2 reads and writes, and their registration with the `gguf` package.
 
-PQ2_0 (id 142, 128 weights in 34 bytes) and PTQ1_0 (id 143, 128 weights in 28 bytes) are defined
-by the PrismML llama.cpp fork; the `gguf` package knows neither. `register_types()` (run on
+PQ2_0 (id 142) and PTQ1_0 (id 143) are defined by the PrismML llama.cpp fork (FORMATS.md 1);
+the `gguf` package knows neither. `register_types()` (run on
 import of this module, so on import of pyq2.gguf.io too; idempotent) adds both to
 `gguf.GGMLQuantizationType` and to `gguf.GGML_QUANT_SIZES`, after which GGUFReader, GGUFWriter
 and gguf-dump handle them. This is the one module of pyq2 that reads or changes gguf's type

@@ -49,7 +49,7 @@ NEXT_HEAD_SCALE = 0.04  # head "next": the predicted token's logit about 10
 
 
 def _dense_values(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
-    """The demo's dense tensors, in the file's conventions (FORMATS.md, "qwen35 tensors"): norms
+    """The demo's dense tensors, in the file's conventions (FORMATS.md 6.2): norms
     stored as their multipliers (about 1), a decaying recurrence (ssm_a = -exp(A_log) with A_log
     in [log 1, log 16]), a small dt bias, a convolution that passes its input on."""
     shape = ne[::-1]

@@ -9,7 +9,7 @@ pyq2.gguf.contents.
 `plan_groups` picks the groups `--fuse` writes: every sibling group whose members are PQ2-family
 weights of one K, one source type and one rotation width, each member but the last a whole
 number of the output layout's tiles. Each member's rows are then one piece of the fused code
-region and one of its scale region (FORMATS.md, "Slices"), with no padding between members.
+region and one of its scale region (FORMATS.md 2, "Slices"), with no padding between members.
 The other groups stay separate, each with the reason. `output_plan` lays out a repack's output:
 every original tensor where it stood, a fused tensor where the first of its members stood.
 """

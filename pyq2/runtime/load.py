@@ -141,7 +141,7 @@ class Model:
 
     def step_bytes(self, m: int) -> int:
         """Bytes of weights one decode step of m tokens reads: every projection whole, m rows of
-        the embedding (PQ2_0 bytes: 34 per 128 weights)."""
+        the embedding (PQ2_0 bytes, FORMATS.md 1.1)."""
         emb_n, emb_k = self.weights[self.plan.embedding].shape
         proj = (self.weights[n].shape for n in self.plan.weights()[1:])
         rows = min(m, emb_n) * formats.pq2_matrix_bytes(1, emb_k)

@@ -1,14 +1,8 @@
 """Byte layouts of the block formats: the one Python module that knows them.
 
-Spec: FORMATS.md at the repository root (native/include/pq2.h summarises it). Everything here
-is vectorised over blocks (shifts by broadcast); nothing loops per element.
-
-    PQ2_0   34 bytes / 128 weights: fp16 d, qs[32]; weight j = 2-bit code at shift 2*(j%4) of
-            qs[j/4]; value (code - 1) * d; code 3 (+2) is valid.
-    PTQ1_0  28 bytes / 128 weights: qs[24] (5 base-3 digits each), qh[2] (4 digits each), fp16 d
-            last; digit x in {0,1,2} means x - 1.
-    TQ2_0   66 bytes / 256 weights: qs[64], fp16 d last; element n at byte 32*(n/128) + n%32,
-            shift 2*((n%128)/32).
+FORMATS.md 1 specifies them (1.1 PQ2_0, 1.2 PTQ1_0, 1.3 TQ2_0, 1.4 the conversions between them,
+1.5 the reference quantiser); native/include/pq2.h cites it too. Everything here is vectorised
+over blocks (shifts by broadcast); nothing loops per element.
 
 Buffers are anything numpy can view as bytes (bytes, bytearray, memoryview, uint8 arrays of any
 shape). Results are fresh uint8 arrays. Scales are copied as fp16 values without arithmetic, so
@@ -33,11 +27,11 @@ PTQ1_BLOCK_BYTES = 28
 TQ2_BLOCK_WEIGHTS = 256
 TQ2_BLOCK_BYTES = 66
 
-# A qs byte of four code-1 weights (0b01010101): an all-zero block whatever its scale. Padding
-# rows of the tile-major layout use it.
+# A qs byte of four code-1 weights (0b01010101): an all-zero block whatever its scale. The padding
+# rows of the tiles layout use it (FORMATS.md 2).
 PQ2_ZERO_QS_BYTE = 0x55
 
-# Packed structs, little endian, no alignment padding: numpy lays the fields out back to back.
+# The blocks of FORMATS.md 1 as packed structs: numpy lays the fields out back to back.
 PQ2_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (32,))])
 PTQ1_BLOCK = np.dtype([("qs", "u1", (24,)), ("qh", "u1", (2,)), ("d", "<f2")])
 TQ2_BLOCK = np.dtype([("qs", "u1", (64,)), ("d", "<f2")])
@@ -50,10 +44,9 @@ _FORMATS = {"PQ2_0": PQ2_BLOCK, "PTQ1_0": PTQ1_BLOCK, "TQ2_0": TQ2_BLOCK}
 # Bit shift of code s (s = j % 4) inside its qs byte, PQ2_0 and TQ2_0 alike.
 _SHIFTS = np.array([0, 2, 4, 6], dtype=np.uint8)
 
-# PTQ1_0 base-3 digit weights: five digits form q = sum x_n * 3^(4-n), first digit most
-# significant; a qh byte holds four digits in positions 0..3 (its fifth digit is 0).
+# PTQ1_0's base-3 digits (FORMATS.md 1.2): the weights of packing (first digit most significant)
+# and of unpacking digit n.
 _POW3_DESC = np.array([81, 27, 9, 3, 1], dtype=np.int32)
-# Decoding digit n of byte b: (((b * 3^n) mod 256) * 3) >> 8.
 _POW3_ASC = np.array([1, 3, 9, 27, 81], dtype=np.int32)
 
 
@@ -177,11 +170,10 @@ def ptq1_unpack(blocks28) -> tuple[np.ndarray, np.ndarray]:
     """(codes uint8[nb,128] in {0,1,2}, d float16[nb]) of PTQ1_0 blocks (code = digit)."""
     b = as_blocks(blocks28, "PTQ1_0")
     nb = b.shape[0]
-    # digit n of qs[m], m < 16 -> element 16n + m: (nb, m=16, n=5) transposed to (nb, n, m).
+    # The element order of FORMATS.md 1.2, a row of its table each: the digits (nb, m, n) of the
+    # bytes m transposed to (nb, n, m).
     e0 = _digits(b["qs"][:, :16], 5).transpose(0, 2, 1).reshape(nb, 80)
-    # digit n of qs[16 + m], m < 8 -> element 80 + 8n + m.
     e1 = _digits(b["qs"][:, 16:], 5).transpose(0, 2, 1).reshape(nb, 40)
-    # digit n (0..3) of qh[h] -> element 120 + 2n + h.
     e2 = _digits(b["qh"], 4).transpose(0, 2, 1).reshape(nb, 8)
     return np.concatenate([e0, e1, e2], axis=1), b["d"].astype(np.float16)
 
@@ -225,9 +217,9 @@ def ptq1_pack(codes, d, blocks_per_row: int | None = None) -> np.ndarray:
 def tq2_unpack(blocks66) -> tuple[np.ndarray, np.ndarray]:
     """(codes uint8[nb,256], d float16[nb]) of TQ2_0 blocks."""
     b = as_blocks(blocks66, "TQ2_0")
-    # qs as (nb, half h, byte i); element h*128 + 32*s + i sits at shift 2*s of byte 32h + i.
+    # qs as (nb, half h, 1, byte i), the codes as (nb, h, shift s, i): FORMATS.md 1.3's order
     qs = b["qs"].reshape(-1, 2, 1, 32)
-    codes = (qs >> _SHIFTS[:, None]) & 3  # (nb, h, s, i)
+    codes = (qs >> _SHIFTS[:, None]) & 3
     return codes.reshape(-1, TQ2_BLOCK_WEIGHTS), b["d"].astype(np.float16)
 
 
@@ -280,13 +272,12 @@ def _round_half_away(v: np.ndarray) -> np.ndarray:
 
 
 def pq2_quantize(w) -> np.ndarray:
-    """Flat raw PQ2_0 bytes of w[n,k] by the reference quantizer of FORMATS.md.
+    """Flat raw PQ2_0 bytes of w[n,k] by the reference quantiser (FORMATS.md 1.5).
 
-    d = max|w| over the block, stored as fp16 (round to nearest even). The division uses that
-    stored fp16 d (not the unrounded max), so pq2_dequantize(pq2_quantize(w)) reproduces every
-    weight at +-d, 0 exactly when w was ternary times an fp16 scale. Arithmetic in float64;
-    code = clamp(round(w / d) + 1, 0, 3) with round half away from zero (C roundf). A block whose
-    stored d is 0 (all zeros, or max|w| below the smallest fp16 subnormal) gets all codes 1.
+    It divides by the stored fp16 d, not the unrounded max, so pq2_dequantize(pq2_quantize(w))
+    reproduces every weight at +-d, 0 exactly when w was ternary times an fp16 scale; rounding
+    is half away from zero as C's roundf. ValueError for a non-finite weight or a block whose
+    max|w| rounds to an fp16 infinity.
     """
     w = np.asarray(w)
     if w.ndim != 2 or w.shape[1] % PQ2_BLOCK_WEIGHTS or w.shape[0] < 1:
@@ -309,34 +300,3 @@ def pq2_quantize(w) -> np.ndarray:
     q = _round_half_away(blocks / np.where(d == 0, 1.0, d))
     codes = np.where(d == 0, 1, np.clip(q + 1, 0, 3)).astype(np.uint8)
     return pq2_pack(codes, d16).reshape(-1)
-
-
-def check_scales(
-    buf,
-    fmt: str = "PQ2_0",
-    blocks_per_row: int | None = None,
-    *,
-    tensor: str | None = None,
-    first_row: int = 0,
-) -> None:
-    """FormatError naming the first block of `buf` whose fp16 scale is NaN or infinite.
-
-    With blocks_per_row (K/128 for PQ2_0) the block is named by row and block within the row;
-    buf then holds rows first_row, first_row + 1, ... of a matrix (a slice of a larger one), and
-    the message names the matrix `tensor` when given.
-    """
-    d = as_blocks(buf, fmt)["d"]
-    bad = ~np.isfinite(d)
-    if not bad.any():
-        return
-    b = int(np.argmax(bad))
-    if blocks_per_row:
-        where = f"row {first_row + b // blocks_per_row}, block {b % blocks_per_row}"
-    else:
-        where = f"block {b}"
-    what = f"tensor '{tensor}':" if tensor is not None else fmt
-    bits = int(d[b : b + 1].view("<u2")[0])
-    raise FormatError(
-        f"{what} {where} has scale {d[b]} (bits 0x{bits:04x}); {int(bad.sum())} non-finite "
-        f"scales among the {d.size} blocks checked"
-    )

@@ -3,9 +3,10 @@ reference of the conversions.
 
 FORMATS.md 2 specifies the layouts byte by byte (the raw blocks, the planes, the tiles and their
 padding rows, "Slices", "Format version"); this module is pyq2's one list of layout names,
-pq2_layout ids and tile heights (rt), and `Layout` its one home for a matrix's geometry: rows
-stored, tile rows, bytes, the code and scale regions, where a slice of rows or a block of rows
-and groups lies. Everything else asks a Layout instead of computing offsets.
+pq2_layout ids and tile heights (rt), and `Layout` its one home for a matrix's geometry (the
+twin of the library's pq2_view): rows stored, tile rows, bytes, the code and scale regions,
+where a slice of rows or a block of rows and groups lies. Everything else asks a Layout instead
+of computing offsets.
 
 Every conversion is one reshape + transpose (a fixed permutation of bytes) and scales move as
 fp16 values without arithmetic, so every byte survives (FORMATS.md 1.4). All conversions return
@@ -82,11 +83,13 @@ class Block(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Layout:
-    """An n x k PQ2_0 matrix in one resident layout (FORMATS.md 2): the Python twin of
-    pq2_weights (pq2.h) without its bytes. `name` is taken by name or pq2_layout value; `rt`
-    is the tiles layout's tile height (1, 2, 4) and 0 for raw and planes (any rt given with them
-    is dropped). ValueError for an unknown layout, a bad rt or a shape that is no PQ2_0 matrix
-    (N >= 1, K a positive multiple of 128), so a Layout always describes a real matrix."""
+    """An n x k PQ2_0 matrix in one resident layout (FORMATS.md 2) without its bytes: the
+    Python twin of the library's pq2_view (native/src/common/view.h: groups, rows stored, tile
+    rows, where the scale region starts, bytes). `name` is taken by name or pq2_layout value;
+    `rt` is the tiles layout's tile height (1, 2, 4) and 0 for raw and planes (any rt given with
+    them is dropped). ValueError for what pq2_view_init refuses: an unknown layout, a bad rt, a
+    shape that is no PQ2_0 matrix (N >= 1, K a positive multiple of 128); so a Layout always
+    describes a real matrix."""
 
     name: str
     n: int

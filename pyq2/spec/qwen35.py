@@ -1,22 +1,15 @@
 """Reference forward pass of the `qwen35` (Qwen3.5) text model on float weights, in numpy.
 
 Weights are keyed by their GGUF tensor names and hold what llama.cpp's converter wrote, in numpy
-order (a GGUF matrix of ne (K, N) is a numpy (N, K) array; `expected_shapes` lists them all):
-
-1. names `blk.{i}.*` with ggml leaf names (`attn_qkv`, `ssm_out`, ...);
-2. the zero-centred RMSNorm weights stored as 1 + w (`attn_norm`, `post_attention_norm`,
-   `attn_q_norm`, `attn_k_norm`, `output_norm`), `ssm_norm` stored as is: every norm here simply
-   multiplies by the stored weight;
-3. `ssm_a` = -exp(A_log), used as is: g = ssm_a * softplus(alpha + ssm_dt.bias);
-4. `ssm_conv1d.weight` squeezed to ne (K, channels) = numpy (channels, K);
-5. Gated-DeltaNet value heads tiled, not grouped: value head j (of `attn_qkv`'s v rows,
-   `attn_gate`, `ssm_alpha`, `ssm_beta`, `ssm_a`, `ssm_dt`, `ssm_out`'s columns) reads key head
-   j % k_heads (transformers' grouped order reads j // (v_heads / k_heads)).
-
-`attn_q` holds per head [query (head_dim) | output gate (head_dim)]. The model: x = token_embd[t];
-per layer x += mixer(rms_norm(x, attn_norm)); x += ffn(rms_norm(x, post_attention_norm)); logits
-= rms_norm(x, output_norm) @ output.T (token_embd when `output.weight` is absent). Layer i is full
-attention when (i + 1) % full_attention_interval == 0, else Gated DeltaNet.
+order (a GGUF matrix of ne (K, N) is a numpy (N, K) array; `expected_shapes` lists them all),
+under the five conventions of FORMATS.md 6.3, which the reference reads as they are: ggml leaf
+names; norms stored as 1 + w except `ssm_norm` (every norm here multiplies by the stored weight);
+`ssm_a` = -exp(A_log); the conv weight squeezed; Gated-DeltaNet value heads tiled (value head j
+reads key head j % k_heads). FORMATS.md 6.4 is the arithmetic they imply: per layer
+x += mixer(rms_norm(x, attn_norm)); x += ffn(rms_norm(x, post_attention_norm)); logits
+= rms_norm(x, output_norm) @ output.T (token_embd when `output.weight` is absent); `attn_q` holds
+per head [query | output gate]. Layer i is full attention when (i + 1) % full_attention_interval
+== 0, else Gated DeltaNet.
 
 Prompt and decode run one path: `forward` on any number of tokens gives the same logits and state
 (to fp32 rounding) whether the tokens come at once, in chunks or one by one. The delta rule runs

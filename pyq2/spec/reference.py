@@ -1,8 +1,8 @@
 """numpy references of the arithmetic: group-128 Q8 activations and the PQ2_0 matmul.
 
-quantize_q8 is bit-exact by construction (FORMATS.md "3.1 Group-128 Q8"); matmul_q8 is the
-exact answer to the same Q8 problem (integer dots, scales applied in float64); matmul_float is the
-unquantised product the Q8 path approximates.
+quantize_q8 is bit-exact by construction (FORMATS.md 3.1); matmul_q8 is the exact answer to the
+same Q8 problem (integer dots, scales applied in float64); matmul_float is the unquantised product
+the Q8 path approximates.
 """
 
 from __future__ import annotations
@@ -19,11 +19,8 @@ INV_127_F32 = np.float32(1.0) / np.float32(Q8_MAX)
 
 
 def plane_order(k: int) -> np.ndarray:
-    """Index array p with q8[..., pos] = q[..., p[pos]] (the plane order of FORMATS.md).
-
-    Element i of a group sits at (i % 4) * 32 + i / 4, so plane s holds the activations that
-    meet code s (shift 2s) of each weight byte.
-    """
+    """Index array p with q8[..., pos] = q[..., p[pos]]: the plane order (FORMATS.md 3.1), in
+    which plane s holds the activations that meet code s (shift 2s) of each weight byte."""
     if k % GROUP:
         raise ValueError(f"K={k} is not a multiple of {GROUP}")
     i = np.arange(GROUP).reshape(32, 4).T.reshape(-1)  # pos (s, b) -> element 4b + s
@@ -70,10 +67,8 @@ BITS_GROUP_WORDS = 128  # PQ2_BITS_GROUP_WORDS of native/src/cuda/device/codes.c
 
 def bitslice_q8(q8) -> np.ndarray:
     """uint32[m, k/128, 128]: the bit-sliced copy of plane-order q8[m, k] the m == 1 GPU kernels
-    read (codes.cuh): word (b*4 + tq)*4 + w of a group is, for w in 0..1 ("B1"), bit b of the
-    q (two's complement byte) of element 32*tq + 16*w + 4*c + s at bits 8c + 2s and 8c + 2s + 1;
-    for w in 2..3 ("B2"), word w - 2 with only the odd bits kept.
-    """
+    read (codes.cuh; FORMATS.md 3.3, "Bit-sliced activations"), so that AND-POPC with the tile
+    bytes as loaded gives the integer dot product."""
     q8 = np.asarray(q8, dtype=np.int8)
     m, k = q8.shape
     g = k // GROUP
@@ -143,7 +138,7 @@ def worst_element(out, ref) -> str:
     return f"worst at {tuple(int(v) for v in i)}: got {out[i]!r}, want {ref[i]!r}"
 
 
-# ---- the rotation and the weight path (FORMATS.md "Prism Hadamard rotation") ---------------
+# ---- the rotation and the weight path (FORMATS.md 4) ---------------------------------------------
 
 
 def sylvester(b: int) -> np.ndarray:
@@ -182,7 +177,7 @@ def rotate(x, block: int, signs=None, inverse: bool = False) -> np.ndarray:
 
 def gdn_v_grouped(x, v_heads: int, k_heads: int) -> np.ndarray:
     """x (last axis: width = hd * v_heads in the tiled V-head order [hd, nk, rep]) in the grouped
-    order [hd, rep, nk]: element d + hd*(k + nk*r) moves to d + hd*(r + rep*k)."""
+    order [hd, rep, nk] (FORMATS.md 4, `gdn_v_grouped`)."""
     x = np.asarray(x)
     width = x.shape[-1]
     hd, rep = width // v_heads, v_heads // k_heads

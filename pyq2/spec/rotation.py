@@ -1,4 +1,4 @@
-"""The Prism Hadamard rotation contract of a GGUF file (FORMATS.md "Prism Hadamard rotation").
+"""The Prism Hadamard rotation contract of a GGUF file (FORMATS.md 4).
 
 `Rotation.from_file(gf)` reads the `prism.hadamard.*` keys into one object and refuses a
 contract pyq2 does not understand, with a message naming the key and the value: an unknown

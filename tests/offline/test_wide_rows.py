@@ -1,8 +1,9 @@
 """Memory that does not grow with a row: rows too wide for a slice are read and converted in
-blocks of rows and columns (pyq2.gguf.weights.column_mode, read_block; repack's _column_blocks,
-verify's _blocks), with the same bytes as the slice path; tiles padding that would multiply a
-weight is refused; a file that shrinks while it is read is one error line (pread: no SIGBUS);
-peak memory measured in a child process on a very wide row and on a large metadata array."""
+blocks of rows and columns (pyq2.gguf.weights.column_mode, read_block and convert, which repack
+and the loader consume; verify's _blocks), with the same bytes as the slice path; tiles padding
+that would multiply a weight is refused; a file that shrinks while it is read is one error line
+(pread: no SIGBUS); peak memory measured in a child process on a very wide row and on a large
+metadata array."""
 
 import os
 import subprocess

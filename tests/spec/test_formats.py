@@ -244,15 +244,3 @@ def test_quantize_rejects_fp16_overflow_and_nan():
         F.pq2_quantize(np.r_[np.zeros(128), [65520.0] * 128].reshape(1, 256))
     with pytest.raises(ValueError, match="non-finite"):
         F.pq2_quantize(np.full((1, 128), np.nan))
-
-
-def test_check_scales():
-    codes = np.ones((6, 128), np.uint8)
-    d = np.ones(6, np.float16)
-    F.check_scales(F.pq2_pack(codes, d))
-    d[4] = np.inf
-    with pytest.raises(FormatError, match=r"row 1, block 1 .*inf.*0x7c00"):
-        F.check_scales(F.pq2_pack(codes, d), blocks_per_row=3)
-    d[4], d[5] = 1, np.nan
-    with pytest.raises(FormatError, match=r"PTQ1_0 block 5 has scale nan"):
-        F.check_scales(F.ptq1_pack(codes, d), fmt="PTQ1_0")

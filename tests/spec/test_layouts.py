@@ -45,6 +45,29 @@ def test_layout_bytes():
     assert L.LAYOUTS == {"raw": 0, "planes": 1, "tiles": 2}
 
 
+def test_layout_value():
+    """A Layout is a valid matrix in one layout: names by name or pq2_layout value, an rt only
+    for tiles, and its geometry as FORMATS.md 2 gives it."""
+    assert L.Layout(2, 100, 384, 2) == L.Layout("TILES", 100, 384, 2)
+    assert L.Layout("planes", 3, 128, 2).rt == 0 and L.Layout("planes", 3, 128).id == 1
+    for args, message in (
+        (("tiles", 3, 128), "rt=0"),
+        (("tiles", 3, 128, 3), "rt=3"),
+        (("raw", 0, 128), "N=0"),
+        (("raw", 3, 100), "K=100"),
+        (("bogus", 3, 128), "'bogus'"),
+    ):
+        with pytest.raises(ValueError, match=message):
+            L.Layout(*args)
+    m = L.Layout("tiles", 100, 384, 2)  # FORMATS.md 2's worked example: T = 4, TR = 32
+    assert (m.groups, m.tile_rows, m.stored_rows, m.bytes) == (3, 32, 128, 13056)
+    assert m.regions == (12288, 768) and L.Layout("planes", 100, 384).regions == (9600, 600)
+    assert L.Layout("raw", 100, 384).bytes == 10200 and L.Layout("raw", 1, 128).tile_rows == 1
+    with pytest.raises(ValueError, match="no regions"):
+        _ = L.Layout("raw", 100, 384).regions
+    assert m.rows(32, 100) == L.Layout("tiles", 68, 384, 2)
+
+
 # ---- round trips -------------------------------------------------------------------------
 
 
@@ -180,3 +203,24 @@ def test_row_ranges_hold_the_rows_own_layout_bytes(layout, rt):
         for r0, r1 in ((1, n), (0, tr + 1), (tr, tr)):
             with pytest.raises(ValueError, match="do not start and end on tiles"):
                 m.row_ranges(r0, r1)
+
+
+@pytest.mark.parametrize("layout,rt", [("planes", 0), ("tiles", 1), ("tiles", 2)])
+def test_block_ranges_hold_the_blocks_own_layout_bytes(layout, rt):
+    """Rows [a, b) and groups [g0, g1) of a matrix, read through block_ranges, are the raw
+    blocks of those rows and groups: each block is its own matrix in the layout."""
+    n, k = 70, 1024
+    raw = random_raw(n, k, seed=6)
+    m = L.Layout(layout, n, k, rt)
+    whole = m.from_raw(raw)
+    blocks = raw.reshape(n, m.groups, 34)
+    for a, b, g0, g1 in ((0, 1, 0, 8), (3, 40, 2, 5), (33, 70, 7, 8), (64, 70, 0, 3)):
+        got = []
+        for blk in m.block_ranges(a, b, g0, g1):
+            piece = np.concatenate([whole[r.start : r.stop] for r in blk.ranges])
+            rows = blk.layout.to_raw(piece).reshape(blk.layout.n, g1 - g0, 34)
+            lo, hi = max(a, blk.row0) - blk.row0, min(b, blk.row0 + blk.layout.n) - blk.row0
+            got.append(rows[lo:hi])
+        assert np.array_equal(np.concatenate(got), blocks[a:b, g0:g1]), (a, b, g0, g1)
+    with pytest.raises(ValueError, match="block rows"):
+        m.block_ranges(0, n + 1, 0, 1)
