@@ -51,3 +51,23 @@ def test_upload_gives_the_whole_conversion(sources, monkeypatch, stored, chunk):
                 got = load._upload_weight(torch, backend, gf, e, target, None, "cpu")
                 want = target.from_raw(raws[e.name])
                 assert np.array_equal(got.numpy(), want), (e.name, name, rt)
+
+
+def test_upload_through_a_staging_buffer(sources, monkeypatch):
+    """The GPU's path: every piece copied through the (here unpinned) staging buffer, the
+    stream synchronised before the buffer is reused."""
+    synced = []
+
+    class Stream:
+        def synchronize(self):
+            synced.append(1)
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
+    raws = raw_weights(sources["raw"])
+    staging = torch.zeros(1 << 20, dtype=torch.uint8)
+    with gguf_io.open_gguf(sources["tiles"]) as gf:
+        e = next(e for e in read_contents(gf).entries if e.info is not None)
+        target = Layout("tiles", e.info.n, e.info.k, 2)
+        got = load._upload_weight(torch, weight_io.Backend(), gf, e, target, staging, "cpu")
+    assert np.array_equal(got.numpy(), target.from_raw(raws[e.name]))
+    assert len(synced) >= 2 and staging.any()  # codes and scales, each through the buffer
