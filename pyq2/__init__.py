@@ -1,23 +1,20 @@
-"""pyq2: ternary-weight (PQ2_0) language-model kernels for NVIDIA GPUs.
+"""pyq2: ternary-weight (PQ2_0) language-model kernels for NVIDIA GPUs, and a runtime over them.
 
-- pyq2.spec.formats / pyq2.spec.layouts / pyq2.spec.reference: numpy definitions of the block
-formats, the
-  resident layouts and the Q8 reference arithmetic (the oracle every kernel is tested against).
-- pyq2.lib.cpu: the C library's CPU half (fast layout and format conversion, reference matmul).
-- pyq2.lib.cuda: the CUDA kernels over torch tensors (optional).
-- pyq2.gguf.types / pyq2.gguf.io / pyq2.gguf.metadata: the ggml types pyq2 adds to `gguf`, GGUF
-  reading and streaming writing, and the pyq2.* keys that describe repacked weights.
-- pyq2.offline.repack / pyq2.offline.verify / pyq2.offline.info: repacking a GGUF file into a
-resident layout, proving a
-  repacked file holds the same weights, summarising a file (pyq2.gguf.weights is what they share;
-  pyq2.offline.fuse reads a file with fused sibling tensors as its original tensors).
-- pyq2.spec.rotation: the Prism Hadamard rotation contract of a folded file.
-- pyq2.plan.decode / pyq2.runtime.load / pyq2.runtime.step / pyq2.runtime.bench: a whole model on
-the GPU for a host (the
-  architecture map, loading, one decode step's weight path, `pyq2 bench`).
-- pyq2.lib.torch_ops: the kernels as PyTorch custom operators and PQ2Linear (needs torch).
-- pyq2.atomic / pyq2.interrupts: atomic output files and signal handling.
-- pyq2.cli / pyq2.offline.demo: the `pyq2` command and its self-contained demo.
+The package's folders are its layers (none imports from one listed after it; tests/test_layers.py
+enforces it):
+
+- pyq2.spec: numpy definitions of the block formats, the resident layouts (the Layout value), the
+  Q8 reference arithmetic, the rotation contract and the qwen35 reference model.
+- pyq2.lib: the native library (its CPU half, its CUDA kernels over torch tensors, torch ops).
+- pyq2.text: the tokenizer, chat template and sampling.
+- pyq2.gguf: GGUF reading and writing, the pyq2.* keys, a file's contents (fused members as their
+  original tensors) and the one streaming weight conversion (pyq2.gguf.weights).
+- pyq2.plan: the decode plan of an architecture and the tensor-parallel split.
+- pyq2.offline: repack, fuse, shard, verify, info and the demo model.
+- pyq2.runtime: loading, the decode step's weight path, the whole-model runner (mixers, decode
+  kernels, generation) and the benchmarks.
+- pyq2.cli, pyq2.atomic, pyq2.interrupts, pyq2.errors: the `pyq2` command, atomic output files,
+  signal handling, the error types.
 
 Importing pyq2 loads nothing heavy; the native library is loaded on first use.
 """
