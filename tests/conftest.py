@@ -27,6 +27,34 @@ from pyq2.spec.rotation import Rotation
 
 ROOT = Path(__file__).resolve().parents[1]
 
+# ---- the native library ------------------------------------------------------------------
+
+
+def native_or_skip():
+    """(ffi, lib) of libpq2; the test skipped where it does not load, failed instead when
+    PYQ2_REQUIRE_NATIVE is set (CI sets it)."""
+    from pyq2.errors import LibraryError
+
+    try:
+        return _native.load()
+    except LibraryError as e:
+        if os.environ.get("PYQ2_REQUIRE_NATIVE"):
+            pytest.fail(f"PYQ2_REQUIRE_NATIVE is set but libpq2 does not load: {e}")
+        pytest.skip(f"libpq2 not available: {e}")
+
+
+def fake_q8(ffi):
+    """A pq2_q8 whose pointers are aligned but never dereferenced: for calls that must refuse
+    their arguments before touching memory."""
+    q = ffi.new("pq2_q8 *")
+    q.q8, q.scales, q.sums = (
+        ffi.cast("int8_t *", 256),
+        ffi.cast("float *", 256),
+        ffi.cast("int32_t *", 256),
+    )
+    return q
+
+
 # ---- the GPU --------------------------------------------------------------------------------
 
 
@@ -280,6 +308,18 @@ def demo_gguf(tmp_path_factory):
     """The demo model (pyq2.offline.demo), written once per session: read it, never edit it (the
     `demo` fixture gives a test a copy of its own)."""
     return write_demo_model(tmp_path_factory.mktemp("demo-model") / "demo.gguf")
+
+
+@pytest.fixture(scope="session")
+def demo_stored(demo_gguf, tmp_path_factory):
+    """The demo model in every stored layout: "raw" (PQ2_0 as shipped), "planes", "tiles"
+    (rt 4); read them, never edit them."""
+    from pyq2.offline.repack import repack
+
+    d = tmp_path_factory.mktemp("demo-stored")
+    repack(demo_gguf, d / "planes.gguf", layout="planes")
+    repack(demo_gguf, d / "tiles.gguf", layout="tiles", rt=4)
+    return {"raw": demo_gguf, "planes": d / "planes.gguf", "tiles": d / "tiles.gguf"}
 
 
 def unfolded_weights(path):

@@ -18,7 +18,6 @@ from pyq2.gguf import weights as weight_io
 from pyq2.gguf.contents import read_contents
 from pyq2.lib import native
 from pyq2.offline import repack as repack_mod
-from pyq2.offline.repack import repack
 from pyq2.runtime import load
 from pyq2.spec.layouts import Layout
 
@@ -64,15 +63,6 @@ def check_walk(seen: set[str], driver: str, backend: str) -> None:
     assert len(seen) <= WALK_MAX
 
 
-@pytest.fixture(scope="module")
-def sources(demo_gguf, tmp_path_factory):
-    """The demo model (PQ2_0 weights) and its planes and tiles repacks."""
-    d = tmp_path_factory.mktemp("walk")
-    repack(demo_gguf, d / "planes.gguf", layout="planes")
-    repack(demo_gguf, d / "tiles.gguf", layout="tiles", rt=4)
-    return {"raw": demo_gguf, "planes": d / "planes.gguf", "tiles": d / "tiles.gguf"}
-
-
 def one_weight(gf):
     e = next(e for e in read_contents(gf).entries if e.name == "blk.0.ffn_down.weight")
     assert e.info is not None
@@ -83,11 +73,11 @@ def one_weight(gf):
 @pytest.mark.parametrize("name,rt", [("raw", 0), ("planes", 0), ("tiles", 2)])
 @pytest.mark.parametrize("stored", ["raw", "planes", "tiles"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_weight_through_repack(sources, monkeypatch, backend, stored, name, rt, blocks):
+def test_a_weight_through_repack(demo_stored, monkeypatch, backend, stored, name, rt, blocks):
     if blocks:  # less than one row: the block path of a very wide row
         monkeypatch.setattr(weight_io, "CONVERT_CHUNK", 128)
     ops = weight_io.Backend(backend)
-    with gguf_io.open_gguf(sources[stored]) as gf:
+    with gguf_io.open_gguf(demo_stored[stored]) as gf:
         e = one_weight(gf)
         target = Layout(name, e.info.n, e.info.k, rt)
         out = []
@@ -98,10 +88,10 @@ def test_a_weight_through_repack(sources, monkeypatch, backend, stored, name, rt
 
 @pytest.mark.parametrize("stored", ["raw", "tiles"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_weight_through_the_loader(sources, backend, stored):
+def test_a_weight_through_the_loader(demo_stored, backend, stored):
     torch = pytest.importorskip("torch")
     ops = weight_io.Backend(backend)
-    with gguf_io.open_gguf(sources[stored]) as gf:
+    with gguf_io.open_gguf(demo_stored[stored]) as gf:
         e = one_weight(gf)
         target = Layout("tiles", e.info.n, e.info.k, 2)
         out = []

@@ -9,12 +9,10 @@ before the device (so they run in a CUDA build with or without a GPU) are tested
 only: a build without CUDA answers PQ2_ERR_NO_CUDA before looking at its arguments.
 """
 
-import os
-
 import numpy as np
 import pytest
 
-from pyq2.errors import LibraryError
+from ..conftest import fake_q8, native_or_skip
 
 POISON = 0xA5
 N, K, M = 4, 256, 2
@@ -22,14 +20,7 @@ N, K, M = 4, 256, 2
 
 @pytest.fixture(scope="module")
 def native():
-    from pyq2.lib import native as _native
-
-    try:
-        return _native.load()
-    except LibraryError as e:
-        if os.environ.get("PYQ2_REQUIRE_NATIVE"):
-            pytest.fail(f"PYQ2_REQUIRE_NATIVE is set but libpq2 does not load: {e}")
-        pytest.skip(f"libpq2 not available: {e}")
+    return native_or_skip()
 
 
 @pytest.fixture(scope="module")
@@ -204,12 +195,7 @@ def test_q8_operand_of_an_overflowing_shape_is_refused(cuda_build):
     """A writer of a Q8 operand checks its size as the query does, before the device."""
     ffi, lib = cuda_build
     fake = ffi.cast("void *", 256)  # never dereferenced
-    q = ffi.new("pq2_q8 *")
-    q.q8, q.scales, q.sums = (
-        ffi.cast("int8_t *", 256),
-        ffi.cast("float *", 256),
-        ffi.cast("int32_t *", 256),
-    )
+    q = fake_q8(ffi)
     st = lib.pq2_quantize_q8_cuda(fake, lib.PQ2_DTYPE_F32, 9, 1 << 62, q, ffi.NULL)
     msg = ffi.string(lib.pq2_last_error()).decode()
     assert st == lib.PQ2_ERR_SHAPE and msg.startswith("pq2_quantize_q8_cuda:"), msg

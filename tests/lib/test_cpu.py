@@ -4,13 +4,12 @@ Skipped when the library cannot be loaded, unless PYQ2_REQUIRE_NATIVE is set (CI
 missing library fails every test loudly.
 """
 
-import os
 import re
 
 import numpy as np
 import pytest
 
-from pyq2.errors import LibraryError, Pq2Error
+from pyq2.errors import Pq2Error
 from pyq2.spec import formats as F
 from pyq2.spec import layouts as L
 from pyq2.spec import reference as R
@@ -19,6 +18,7 @@ from ..conftest import (
     LAYOUT_RTS,
     conversion_cases,
     conversion_id,
+    native_or_skip,
     random_raw,
     shape_id,
     ternary_pq2,
@@ -33,14 +33,7 @@ SHAPES = [(1, 128), (3, 384), (17, 640), (33, 128), (65, 384), (300, 2048)]
 
 @pytest.fixture(scope="module", autouse=True)
 def native():
-    from pyq2.lib import native as _native
-
-    try:
-        return _native.load()
-    except LibraryError as e:
-        if os.environ.get("PYQ2_REQUIRE_NATIVE"):
-            pytest.fail(f"PYQ2_REQUIRE_NATIVE is set but libpq2 does not load: {e}")
-        pytest.skip(f"libpq2 not available: {e}")
+    return native_or_skip()
 
 
 @pytest.fixture(scope="module")

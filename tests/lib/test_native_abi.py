@@ -14,6 +14,8 @@ import pytest
 
 from pyq2.lib import native as _native
 
+from ..conftest import fake_q8
+
 if not _native.available() and not os.environ.get("PYQ2_REQUIRE_NATIVE"):
     pytest.skip(
         "libpq2 not loadable (set PYQ2_REQUIRE_NATIVE=1 to make this an error)",
@@ -112,12 +114,7 @@ def test_gpu_entry_points_check_arguments_before_the_device():
     """Bad arguments get their own status and a message naming the entry point, even where no
     device could be reached."""
     fake = ffi.cast("void *", 256)  # never dereferenced
-    out = ffi.new("pq2_q8 *")
-    out.q8, out.scales, out.sums = (
-        ffi.cast("int8_t *", 256),
-        ffi.cast("float *", 256),
-        ffi.cast("int32_t *", 256),
-    )
+    out = fake_q8(ffi)
     w = ffi.new("pq2_weights *")
     w.data, w.bytes, w.n, w.k, w.layout, w.rt = fake, 10, 64, 128, lib.PQ2_LAYOUT_TILES, 2
     cases = [

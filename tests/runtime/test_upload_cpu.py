@@ -8,21 +8,12 @@ import pytest
 from pyq2.gguf import io as gguf_io
 from pyq2.gguf import weights as weight_io
 from pyq2.gguf.contents import read_contents
-from pyq2.offline.repack import repack
 from pyq2.runtime import load
 from pyq2.spec.layouts import Layout
 
 torch = pytest.importorskip("torch")
 
 TARGETS = [("planes", 0), ("tiles", 1), ("tiles", 2), ("tiles", 4)]
-
-
-@pytest.fixture(scope="module")
-def sources(demo_gguf, tmp_path_factory):
-    d = tmp_path_factory.mktemp("upload")
-    repack(demo_gguf, d / "planes.gguf", layout="planes")
-    repack(demo_gguf, d / "tiles.gguf", layout="tiles", rt=4)
-    return {"raw": demo_gguf, "planes": d / "planes.gguf", "tiles": d / "tiles.gguf"}
 
 
 def raw_weights(path):
@@ -38,11 +29,11 @@ def raw_weights(path):
 
 @pytest.mark.parametrize("chunk", [16 << 20, 128], ids=["slices", "blocks"])
 @pytest.mark.parametrize("stored", ["raw", "planes", "tiles"])
-def test_upload_gives_the_whole_conversion(sources, monkeypatch, stored, chunk):
+def test_upload_gives_the_whole_conversion(demo_stored, monkeypatch, stored, chunk):
     monkeypatch.setattr(weight_io, "CONVERT_CHUNK", chunk)  # 128 B: less than one row
-    raws = raw_weights(sources["raw"])
+    raws = raw_weights(demo_stored["raw"])
     backend = weight_io.Backend()
-    with gguf_io.open_gguf(sources[stored]) as gf:
+    with gguf_io.open_gguf(demo_stored[stored]) as gf:
         for e in read_contents(gf).entries:
             if e.info is None:
                 continue
@@ -53,7 +44,7 @@ def test_upload_gives_the_whole_conversion(sources, monkeypatch, stored, chunk):
                 assert np.array_equal(got.numpy(), want), (e.name, name, rt)
 
 
-def test_upload_through_a_staging_buffer(sources, monkeypatch):
+def test_upload_through_a_staging_buffer(demo_stored, monkeypatch):
     """The GPU's path: every piece copied through the (here unpinned) staging buffer, the
     stream synchronised before the buffer is reused."""
     synced = []
@@ -63,9 +54,9 @@ def test_upload_through_a_staging_buffer(sources, monkeypatch):
             synced.append(1)
 
     monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Stream())
-    raws = raw_weights(sources["raw"])
+    raws = raw_weights(demo_stored["raw"])
     staging = torch.zeros(1 << 20, dtype=torch.uint8)
-    with gguf_io.open_gguf(sources["tiles"]) as gf:
+    with gguf_io.open_gguf(demo_stored["tiles"]) as gf:
         e = next(e for e in read_contents(gf).entries if e.info is not None)
         target = Layout("tiles", e.info.n, e.info.k, 2)
         got = load._upload_weight(torch, weight_io.Backend(), gf, e, target, staging, "cpu")
