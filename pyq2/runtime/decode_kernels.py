@@ -28,11 +28,19 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from ..lib.optional import require_torch
+
 CHUNK = 64  # cache positions per attention program
 GDN_BV = 32  # state columns per Gated-DeltaNet program
 GDN_WARPS = 4
 ATTENTION_WARPS = 8
 MERGE = 16  # chunks merged per iteration of the second attention kernel
+
+
+def tileable(width: int) -> bool:
+    """Whether these kernels tile a head of this width: a power of two, 16 or more (tl.arange
+    and tl.dot sizes)."""
+    return width >= 16 and not width & (width - 1)
 
 
 @triton.jit
@@ -213,7 +221,7 @@ def gdn_decode(qkv: Any, z: Any, alpha: Any, beta: Any, ring: Any, state: Any, o
     _check(out, qkv, z, alpha, beta)
     if not (ring.is_contiguous() and state.is_contiguous() and o.is_contiguous()):
         raise ValueError("the conv ring, the recurrent state and o must be contiguous")
-    if d.v_dim & (d.v_dim - 1) or d.v_dim < 16:
+    if not tileable(d.v_dim):
         raise ValueError(f"value head width {d.v_dim} is not a power of two of at least 16")
     bv = min(d.v_dim, GDN_BV)
     _gdn_decode[(d.v_heads * (d.v_dim // bv), b)](
@@ -233,8 +241,7 @@ class AttentionScratch:
     which run one after another): B x H x chunks of the context."""
 
     def __init__(self, batch: int, n_head: int, head_dim: int, context: int, device: Any):
-        import torch
-
+        torch = require_torch()
         self.chunk = CHUNK
         self.n_chunks = -(-context // CHUNK)
         shape = (batch, n_head, self.n_chunks)
@@ -249,7 +256,7 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
     """One token of each of B sequences through an attention layer's cache (B', H_kv, context,
     D), reading positions below `span`; out (B, H*D) = attention times sigmoid(gate)."""
     b, d = q_gate.shape[0], dims
-    if d.head_dim & (d.head_dim - 1) or d.head_dim < 16:
+    if not tileable(d.head_dim):
         raise ValueError(f"head_dim {d.head_dim} is not a power of two of at least 16")
     _check(out, q_gate, k, v)
     group = d.n_head // d.n_head_kv

@@ -72,8 +72,8 @@ class GpuModel:
             keep = torch.as_tensor(axes < 3, device=self.device)
             self.rope.cos[:, ~keep], self.rope.sin[:, ~keep] = 1.0, 0.0
         dense = self.model.dense
-        # one scratch for every attention layer's decode kernels (None: each decides alone)
-        module = decode_kernels(self.device) if kernels else None
+        # one scratch for every attention layer's decode kernels
+        module = decode_kernels(self.device, config.head_dim) if kernels else None
         scratch = None
         if module is not None:
             scratch = module.AttentionScratch(
@@ -88,17 +88,8 @@ class GpuModel:
                     "q_norm": dense[b + "attn_q_norm.weight"],
                     "k_norm": dense[b + "attn_k_norm.weight"],
                 }
-                self.attn[i] = Attention(
-                    dims,
-                    w,
-                    batch,
-                    context,
-                    self.rope,
-                    self.device,
-                    cache_dtype,
-                    scratch,
-                    kernels=kernels,
-                )
+                self.attn[i] = Attention(dims, w, batch, context, self.rope, self.device,
+                                         cache_dtype, scratch, kernels)  # fmt: skip
             else:
                 w = {
                     "conv": dense[b + "ssm_conv1d.weight"],

@@ -66,9 +66,10 @@ def fla_ops() -> tuple[Any, Any] | None:
     return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
 
-def decode_kernels(device: Any) -> Any:
-    """pyq2.runtime.decode_kernels (the Triton forms of a decode step's mixers) for a CUDA
-    device where triton imports, unless PYQ2_DECODE_KERNELS=0; else None (the torch forms)."""
+def decode_kernels(device: Any, width: int) -> Any:
+    """pyq2.runtime.decode_kernels (the Triton forms of a decode step's mixers) for heads of
+    `width` on a CUDA device where triton imports and the kernels tile that width, unless
+    PYQ2_DECODE_KERNELS=0; else None (the torch forms)."""
     if getattr(device, "type", str(device)) != "cuda":
         return None
     if os.environ.get("PYQ2_DECODE_KERNELS", "1") == "0":
@@ -77,12 +78,7 @@ def decode_kernels(device: Any) -> Any:
         from . import decode_kernels as kernels
     except ImportError:
         return None
-    return kernels
-
-
-def _tileable(width: int) -> bool:
-    """Whether the decode kernels tile a head of this width (a power of two, 16 or more)."""
-    return width >= 16 and not width & (width - 1)
+    return kernels if kernels.tileable(width) else None
 
 
 def rms_norm(x: Any, w: Any, eps: float) -> Any:
@@ -211,7 +207,7 @@ class Attention:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.scale = 1.0 / math.sqrt(dims.head_dim)
-        self.kernels = decode_kernels(device) if kernels and _tileable(dims.head_dim) else None
+        self.kernels = decode_kernels(device, dims.head_dim) if kernels else None
         if self.kernels is not None and scratch is None:
             scratch = self.kernels.AttentionScratch(
                 batch, dims.n_head, dims.head_dim, context, device
@@ -274,9 +270,9 @@ class GatedDeltaNet:
     """One Gated-DeltaNet layer's convolution window and float32 recurrent state per sequence,
     and its arithmetic.
 
-    The window is a ring of conv_kernel slots per sequence: the input of the token at position
-    p sits in slot p % conv_kernel (decode_kernels says why); slots of positions before 0 are
-    zero."""
+    The window is a ring of conv_kernel slots per sequence: slot p % conv_kernel holds the input
+    of the token at position p, for the last conv_kernel positions (decode_kernels says why);
+    slots of positions before 0 are zero."""
 
     def __init__(self, dims: Dims, weights: dict[str, Any], batch: int, device: Any,
                  use_fla: bool = True, kernels: bool = True):  # fmt: skip
@@ -291,7 +287,7 @@ class GatedDeltaNet:
         self.state = torch.zeros(batch, dims.v_heads, dims.k_dim, dims.v_dim, device=device)
         self.fla = fla_ops() if use_fla else None
         self.scale = 1.0 / math.sqrt(dims.k_dim)
-        self.kernels = decode_kernels(device) if kernels and _tileable(dims.v_dim) else None
+        self.kernels = decode_kernels(device, dims.v_dim) if kernels else None
         self.o = None  # the decode kernels' output before the gated norm
         if self.kernels is not None:
             self.o = torch.empty(batch, dims.v_heads, dims.v_dim, device=device)
@@ -313,11 +309,11 @@ class GatedDeltaNet:
         torch = require_torch()
         t, kernel = qkv.shape[0], self.d.conv_kernel
         ring = self.conv[seq]
-        pos = torch.tensor([start], device=qkv.device)
-        xp = torch.cat([ring[self._slots(pos)[0]], qkv.float()], dim=0)  # (K - 1 + T, C)
+        before = self._slots(torch.tensor([start], device=qkv.device))[0]
+        xp = torch.cat([ring[before], qkv.float()], dim=0)  # (K - 1 + T, C)
         y = sum(self.conv_w[:, j] * xp[j : j + t] for j in range(kernel))
-        last = torch.arange(start + t - kernel + 1, start + t, device=qkv.device) % kernel
-        ring[last] = xp[t:]
+        # the last K inputs back in their slots, as K decode steps would leave them
+        ring[torch.arange(start + t - kernel, start + t, device=qkv.device) % kernel] = xp[t - 1 :]
         d = self.d
         params = (self.a, self.dt_bias, d.k_heads, d.v_heads, d.k_dim, d.v_dim)
         q, k, v, g, b = _gdn_split(torch.nn.functional.silu(y), alpha, beta, *params)
