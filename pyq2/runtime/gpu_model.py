@@ -21,7 +21,7 @@ from ..spec import qwen35
 from ..spec.qwen35_layers import imrope_axes
 from ..text.sampling import SamplingParams, make_history_mask, sample_torch
 from .load import Model, load
-from .mixers import Attention, Dims, GatedDeltaNet, Rope, decode_kernels
+from .mixers import Attention, Dims, GatedDeltaNet, Rope, mixer_kernels
 from .step import DecodeStep
 
 SPAN_STEP = 256  # the attention span of a decode graph grows in steps of this many positions
@@ -73,7 +73,7 @@ class GpuModel:
             self.rope.cos[:, ~keep], self.rope.sin[:, ~keep] = 1.0, 0.0
         dense = self.model.dense
         # one scratch for every attention layer's decode kernels
-        module = decode_kernels(self.device, config.head_dim) if kernels else None
+        module = mixer_kernels(self.device, config.head_dim) if kernels else None
         scratch = None
         if module is not None:
             scratch = module.AttentionScratch(

@@ -15,9 +15,9 @@ of the same arithmetic; FORMATS.md "qwen35 tensors" says what the file holds):
   a float32 state per sequence, the gated RMSNorm with silu(z).
 
 A prompt runs one sequence's tokens at a time (`prefill`, rows = tokens); a decode step runs
-one token of each of B sequences (`decode`, row b = sequence b at its own position). On CUDA a
-decode step runs pyq2.runtime.decode_kernels (a few Triton launches per layer), the torch
-forms here being their reference and the fallback. A prompt's recurrence uses
+one token of each of B sequences (`decode`, row b = sequence b at its own position). On CUDA both
+run pyq2.runtime.mixer_kernels (a few Triton launches per layer), the torch forms here being
+their reference and the fallback. A prompt's recurrence uses
 flash-linear-attention's chunk_gated_delta_rule where the `fla` package imports (its
 fused_recurrent_gated_delta_rule for the torch form of a step) and a torch loop of the same
 rule otherwise; everything here can be captured in a CUDA graph once warm.
@@ -25,6 +25,7 @@ rule otherwise; everything here can be captured in a CUDA graph once warm.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -53,29 +54,42 @@ class Dims:
     v_dim: int  # value head width (ssm.inner_size / v_heads)
 
 
+@functools.cache
 def fla_ops() -> tuple[Any, Any] | None:
     """(chunk_gated_delta_rule, fused_recurrent_gated_delta_rule) of flash-linear-attention, or
-    None when it does not import."""
+    None when it does not import (said once on stderr when it is installed but broken)."""
     try:
         from fla.ops.gated_delta_rule import (
             chunk_gated_delta_rule,
             fused_recurrent_gated_delta_rule,
         )
-    except Exception:  # not installed, or no triton / GPU for it
+    except ModuleNotFoundError as e:
+        if e.name != "fla":
+            _fla_failed(e)
+        return None
+    except Exception as e:  # installed, but no triton / GPU for it, or a broken install
+        _fla_failed(e)
         return None
     return chunk_gated_delta_rule, fused_recurrent_gated_delta_rule
 
 
-def decode_kernels(device: Any, width: int) -> Any:
-    """pyq2.runtime.decode_kernels (the Triton forms of a decode step's mixers) for heads of
+def _fla_failed(error: Exception) -> None:
+    """Say why an installed flash-linear-attention did not import (the prompt then runs
+    the token-by-token torch recurrence, much slower)."""
+    print(f"pyq2: flash-linear-attention did not import ({type(error).__name__}: {error}); "
+          "prompts use the slower torch recurrence", file=sys.stderr)  # fmt: skip
+
+
+def mixer_kernels(device: Any, width: int) -> Any:
+    """pyq2.runtime.mixer_kernels (the Triton forms of the mixers) for heads of
     `width` on a CUDA device where triton imports and the kernels tile that width, unless
-    PYQ2_DECODE_KERNELS=0; else None (the torch forms)."""
+    PYQ2_MIXER_KERNELS=0; else None (the torch forms)."""
     if getattr(device, "type", str(device)) != "cuda":
         return None
-    if os.environ.get("PYQ2_DECODE_KERNELS", "1") == "0":
+    if os.environ.get("PYQ2_MIXER_KERNELS", "1") == "0":
         return None
     try:
-        from . import decode_kernels as kernels
+        from . import mixer_kernels as kernels
     except ImportError:
         return None
     return kernels if kernels.tileable(width) else None
@@ -207,7 +221,7 @@ class Attention:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.scale = 1.0 / math.sqrt(dims.head_dim)
-        self.kernels = decode_kernels(device, dims.head_dim) if kernels else None
+        self.kernels = mixer_kernels(device, dims.head_dim) if kernels else None
         if self.kernels is not None and scratch is None:
             scratch = self.kernels.AttentionScratch(
                 batch, dims.n_head, dims.head_dim, context, device
@@ -220,14 +234,21 @@ class Attention:
         t = q_gate.shape[0]
         d = self.d
         pos = torch.arange(start, start + t, device=q_gate.device)
-        cos, sin = self.rope.cos[pos], self.rope.sin[pos]
-        dims = (d.n_head, d.n_head_kv, d.head_dim, self.rope.half, self.rope.n_rot, d.eps)
-        q, gate, k, v = _attn_pre(q_gate, k, v, self.q_norm, self.k_norm, cos, sin, *dims)
-        self.k[seq, :, start : start + t] = k.transpose(0, 1).to(self.k.dtype)
-        self.v[seq, :, start : start + t] = v.transpose(0, 1).to(self.v.dtype)
+        if self.kernels is not None:  # q normalised and rotated, k and v into the cache
+            qq = self.kernels.attention_prompt(
+                q_gate, k, v, self.k[seq], self.v[seq], start, self.q_norm, self.k_norm,
+                self.rope, d,
+            )[None]  # fmt: skip
+            gate = q_gate.unflatten(1, (d.n_head, 2 * d.head_dim))[..., d.head_dim :].float()
+        else:
+            cos, sin = self.rope.cos[pos], self.rope.sin[pos]
+            dims = (d.n_head, d.n_head_kv, d.head_dim, self.rope.half, self.rope.n_rot, d.eps)
+            q, gate, k, v = _attn_pre(q_gate, k, v, self.q_norm, self.k_norm, cos, sin, *dims)
+            self.k[seq, :, start : start + t] = k.transpose(0, 1).to(self.k.dtype)
+            self.v[seq, :, start : start + t] = v.transpose(0, 1).to(self.v.dtype)
+            qq = q.transpose(0, 1)[None].to(self.k.dtype)
         # in the cache's dtype; a sequence's first chunk is plainly causal (the fused kernels)
         keys, values = self.k[seq : seq + 1, :, : start + t], self.v[seq : seq + 1, :, : start + t]
-        qq = q.transpose(0, 1)[None].to(keys.dtype)
         if start == 0:
             f = torch.nn.functional
             o = f.scaled_dot_product_attention(qq, keys, values, is_causal=True, scale=self.scale,
@@ -271,7 +292,7 @@ class GatedDeltaNet:
     and its arithmetic.
 
     The window is a ring of conv_kernel slots per sequence: slot p % conv_kernel holds the input
-    of the token at position p, for the last conv_kernel positions (decode_kernels says why);
+    of the token at position p, for the last conv_kernel positions (mixer_kernels says why);
     slots of positions before 0 are zero."""
 
     def __init__(self, dims: Dims, weights: dict[str, Any], batch: int, device: Any,
@@ -287,7 +308,7 @@ class GatedDeltaNet:
         self.state = torch.zeros(batch, dims.v_heads, dims.k_dim, dims.v_dim, device=device)
         self.fla = fla_ops() if use_fla else None
         self.scale = 1.0 / math.sqrt(dims.k_dim)
-        self.kernels = decode_kernels(device, dims.v_dim) if kernels else None
+        self.kernels = mixer_kernels(device, dims.v_dim) if kernels else None
         self.o = None  # the decode kernels' output before the gated norm
         if self.kernels is not None:
             self.o = torch.empty(batch, dims.v_heads, dims.v_dim, device=device)
@@ -309,6 +330,9 @@ class GatedDeltaNet:
         torch = require_torch()
         t, kernel = qkv.shape[0], self.d.conv_kernel
         ring = self.conv[seq]
+        if self.kernels is not None:
+            self._prefill_kernels(qkv, z, alpha, beta, seq, start, out)
+            return
         before = self._slots(torch.tensor([start], device=qkv.device))[0]
         xp = torch.cat([ring[before], qkv.float()], dim=0)  # (K - 1 + T, C)
         y = sum(self.conv_w[:, j] * xp[j : j + t] for j in range(kernel))
@@ -328,6 +352,31 @@ class GatedDeltaNet:
             o = o[0]
         state.copy_(final)
         out.copy_(_gdn_post(o, z, self.norm, d.eps, d.v_heads, d.v_dim))
+
+    def _prefill_kernels(self, qkv: Any, z: Any, alpha: Any, beta: Any, seq: int, start: int,
+                         out: Any) -> None:  # fmt: skip
+        """prefill() with the convolution and the gated norm as Triton kernels."""
+        torch = require_torch()
+        d, t, kernel = self.d, qkv.shape[0], self.d.conv_kernel
+        kernels, ring = self.kernels, self.conv[seq]
+        assert kernels is not None
+        q, k, v = kernels.gdn_prompt_conv(qkv, ring, self.conv_w, start, d)
+        # the piece's last inputs into their slots (those before it are in theirs already)
+        n = min(t, kernel)
+        ring[torch.arange(start + t - n, start + t, device=qkv.device) % kernel] = qkv[
+            t - n :
+        ].float()
+        g = self.a * torch.nn.functional.softplus(alpha.float() + self.dt_bias)
+        b = torch.sigmoid(beta.float())
+        state = self.state[seq : seq + 1]
+        if self.fla is not None:
+            o, final = self.fla[0](q[None], k[None], v[None], g=g[None], beta=b[None],
+                                   scale=self.scale, initial_state=state,
+                                   output_final_state=True)  # fmt: skip
+        else:
+            o, final = _recurrent(q[None], k[None], v[None], g[None], b[None], state, self.scale)
+        state.copy_(final)
+        kernels.gdn_gated_norm(o[0].float().contiguous(), z, self.norm, out, d)
 
     def decode(self, qkv: Any, z: Any, alpha: Any, beta: Any, positions: Any, out: Any) -> None:
         """Row b: sequence b's next token, at positions[b]."""

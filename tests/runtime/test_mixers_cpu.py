@@ -3,7 +3,7 @@ several chunks and token by token (prefill for the first tokens, then decode ste
 same states and gives the same outputs within fp32 noise (TOL), for a Gated-DeltaNet layer (its
 convolution ring carried across chunk edges that fall inside and outside the window) and an
 attention layer (GQA, partial rope). The decode kernels are checked against these forms on the
-GPU (test_decode_kernels_gpu.py)."""
+GPU (test_mixer_kernels_gpu.py)."""
 
 import pytest
 

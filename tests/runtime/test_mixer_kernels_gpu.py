@@ -1,9 +1,9 @@
-"""The Triton decode kernels (pyq2.runtime.decode_kernels) against the torch forms of the same
-layers (pyq2.runtime.mixers with kernels=False and without fla: plain torch arithmetic), on odd
-shapes: groups of 1 and 3 query heads per KV head, a partial rotary width, a key head width that
-is not a power of two, positions on both sides of every chunk boundary and before the
-convolution window fills, several steps in a row (the window's ring carried over), float32 and
-bf16 caches. Outputs are poisoned before each call.
+"""The Triton mixer kernels of a decode step and a prompt (pyq2.runtime.mixer_kernels) against the
+torch forms of the same layers (pyq2.runtime.mixers with kernels=False and without fla: plain torch
+arithmetic), on odd shapes: groups of 1 and 3 query heads per KV head, a partial rotary width, a
+key head width that is not a power of two, positions on both sides of every chunk boundary and
+before the convolution window fills, several steps in a row (the window's ring carried over),
+float32 and bf16 caches. Outputs are poisoned before each call.
 
 Bit-exact: the convolution ring (the inputs copied) and the KV cache entries written. Within a
 tolerance: float32 results differ by summation order (FP32_TOL); with a bf16 cache both sides
@@ -17,7 +17,7 @@ from ..conftest import gpu_module
 torch = gpu_module()
 pytest.importorskip("triton")
 
-from pyq2.runtime import decode_kernels  # noqa: E402
+from pyq2.runtime import mixer_kernels  # noqa: E402
 from pyq2.runtime.mixers import Attention, Dims, GatedDeltaNet, Rope  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -112,7 +112,7 @@ def test_attention_decode_matches_the_torch_form(d, cache):
     for t in (fast.k, fast.v):
         t.copy_(torch.randn(t.shape, generator=g))
     slow.k.copy_(fast.k), slow.v.copy_(fast.v)
-    ch = decode_kernels.CHUNK
+    ch = mixer_kernels.CHUNK
     # positions at 0, on both sides of chunk boundaries and at the end of the span
     positions = torch.tensor([0, ch - 1, ch, 2 * ch + 1, 4 * ch + 3], device=DEV)
     tol = FP32_TOL if cache == torch.float32 else BF16_TOL
@@ -146,4 +146,68 @@ def test_attention_decode_rejects_a_head_width_it_cannot_tile():
     d = dims(head_dim=48, rope_dim=16)
     a = torch.zeros(1, 2 * 6 * 48, device=DEV)
     with pytest.raises(ValueError, match="power of two"):
-        decode_kernels.attention_decode(a, a, a, a, a, a, 64, a, a, None, None, a, d, 1.0)
+        mixer_kernels.attention_decode(a, a, a, a, a, a, 64, a, a, None, None, a, d, 1.0)
+
+
+PIECES = [(0, 3), (3, 40), (40, 41), (41, 106)]  # a piece shorter than the window, then longer
+
+
+@pytest.mark.parametrize("d", GDN_SHAPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gdn_prompt_kernels_match_the_torch_form(d, dtype):
+    fast, slow, g, channels = gdn_pair(d, 2, seed=7)
+    for m in (fast, slow):
+        m.reset()
+    seq = 1
+    for start, end in PIECES:
+        t = end - start
+        # the projections' outputs are column slices of one fused output: rows not contiguous
+        qkv = torch.randn(t, channels + 5, generator=g).to(DEV, dtype)[:, 2 : 2 + channels]
+        z = torch.randn(t, d.v_heads * d.v_dim, generator=g).to(DEV, dtype)
+        alpha = torch.randn(t, d.v_heads, generator=g).to(DEV, dtype)
+        beta = torch.randn(t, d.v_heads, generator=g).to(DEV, dtype)
+        outs = []
+        for m in (fast, slow):
+            out = torch.full((t, d.v_heads * d.v_dim), float("nan"), device=DEV, dtype=dtype)
+            m.prefill(qkv, z, alpha, beta, seq, start, out)
+            outs.append(out)
+        torch.cuda.synchronize()
+        assert torch.isfinite(outs[0]).all()
+        tol = 1e-4 if dtype == torch.float32 else 1e-2
+        assert rel(outs[0], outs[1]) < tol, start
+        assert rel(fast.state, slow.state) < 1e-4, start
+        assert torch.equal(fast.conv, slow.conv), start  # the other sequence's row too
+
+
+@pytest.mark.parametrize("d", ATTN_SHAPES)
+@pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16])
+def test_attention_prompt_kernel_matches_the_torch_form(d, cache):
+    batch, context = 2, 300
+    g = torch.Generator(device="cpu").manual_seed(d.head_dim + 1)
+    w = {
+        "q_norm": (1 + 0.1 * torch.randn(d.head_dim, generator=g)).to(DEV),
+        "k_norm": (1 + 0.1 * torch.randn(d.head_dim, generator=g)).to(DEV),
+    }
+    rope = Rope(d, context, DEV)
+    fast = Attention(d, w, batch, context, rope, DEV, cache, kernels=True)
+    slow = Attention(d, w, batch, context, rope, DEV, cache, kernels=False)
+    for t in (fast.k, fast.v):
+        t.copy_(torch.randn(t.shape, generator=g))
+    slow.k.copy_(fast.k), slow.v.copy_(fast.v)
+    tol = FP32_TOL * 5 if cache == torch.float32 else BF16_TOL
+    for start, end in PIECES:
+        t = end - start
+        width = d.n_head * 2 * d.head_dim
+        q_gate = torch.randn(t, width + 3, generator=g).to(DEV)[:, 1 : 1 + width]
+        k = torch.randn(t, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+        v = torch.randn(t, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+        outs = []
+        for m in (fast, slow):
+            out = torch.full((t, d.n_head * d.head_dim), float("nan"), device=DEV)
+            m.prefill(q_gate, k, v, 0, start, out)
+            outs.append(out)
+        torch.cuda.synchronize()
+        assert torch.isfinite(outs[0]).all()
+        assert rel(outs[0], outs[1]) < tol, start
+        assert rel(fast.k, slow.k) < (FP32_TOL if cache == torch.float32 else 1e-2), start
+        assert torch.equal(fast.v, slow.v), start  # the values copied, the other row untouched

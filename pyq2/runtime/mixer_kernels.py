@@ -1,5 +1,6 @@
-"""A decode step's mixers as Triton kernels: two launches per Gated-DeltaNet layer and two per
-attention layer, reading the projections' outputs and writing the mixer output in place.
+"""The mixers' elementwise work as Triton kernels, for a decode step and for a prompt, reading
+the projections' outputs (strided column views of a fused output are fine) and writing the
+mixer output in place.
 
 The arithmetic is pyq2.runtime.mixers' (its torch forms are the reference these kernels are
 tested against); what the kernels add is that a layer's many small operations become one pass
@@ -17,6 +18,10 @@ over its state, written back where it was read:
   queries and the new key, stores the new key and value in the cache (the program whose chunk
   holds the position), and attends to the chunk's positions (flash-decoding); a second kernel
   merges the chunks' partial softmax sums per query head and multiplies by sigmoid(gate).
+- A prompt piece of one sequence: gdn_prompt_conv (the convolution over the piece and the ring's
+  rows before it, SiLU, the L2 norms, q and k tiled to the V heads: the inputs of
+  flash-linear-attention's chunked rule) and gdn_gated_norm after it; attention_prompt (q and k
+  normalised and rotated, k and v into the cache) before scaled_dot_product_attention.
 
 Importing this module needs triton; pyq2.runtime.mixers imports it only on CUDA.
 """
@@ -234,6 +239,139 @@ def gdn_decode(qkv: Any, z: Any, alpha: Any, beta: Any, ring: Any, state: Any, o
         o, z, norm, out, z.stride(0), out.stride(0), d.eps, HV=d.v_heads, DV=d.v_dim,
         num_warps=1,
     )  # fmt: skip
+
+
+@triton.jit
+def _store_tiled(dst, y, t, w, kh, rows, HK: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr):
+    """L2-normalised rows of K head kh into every V head that reads it (h % HK == kh)."""
+    y = y * tl.rsqrt(tl.sum(y * y, 1, keep_dims=True) + 1e-6)
+    for rep in tl.static_range(HV // HK):
+        tl.store(dst + (t[:, None] * HV + kh + rep * HK) * DK + w[None, :], y, mask=rows)
+
+
+@triton.jit
+def _gdn_prompt_conv(
+    qkv, ring, conv_w, q_out, k_out, v_out, start, T, s_qkv,
+    C: tl.constexpr, K: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr,
+    DK: tl.constexpr, DV: tl.constexpr, BW: tl.constexpr, BT: tl.constexpr,
+):  # fmt: skip
+    """A prompt's tokens start.. of one sequence: program (token block, head of the q, k or v
+    region) runs the causal convolution (rows before the prompt piece from the ring), SiLU and,
+    for q and k, the L2 norm; q and k go to every V head that reads their K head."""
+    r = tl.program_id(1)
+    t = tl.program_id(0) * BT + tl.arange(0, BT)
+    w = tl.arange(0, BW)
+    is_v = r >= 2 * HK
+    width = tl.where(is_v, DV, DK)
+    ch = tl.where(is_v, 2 * HK * DK + (r - 2 * HK) * DV, r * DK) + w
+    mc = w < width
+    y = tl.zeros((BT, BW), tl.float32)
+    for j in tl.static_range(K):
+        tt = t + j - (K - 1)  # the tap's row within the piece; < 0: the ring's
+        x = tl.load(qkv + tt[:, None] * s_qkv + ch[None, :],
+                    mask=((tt >= 0) & (tt < T))[:, None] & mc[None, :], other=0.0)  # fmt: skip
+        slot = (start + tt + K) % K
+        before = (tt < 0) & (start + tt >= 0)
+        old = tl.load(ring + slot[:, None] * C + ch[None, :],
+                      mask=before[:, None] & mc[None, :], other=0.0)  # fmt: skip
+        y += tl.load(conv_w + ch * K + j, mask=mc, other=0.0)[None, :] * (x.to(tl.float32) + old)
+    y = y * tl.sigmoid(y)
+    rows = (t < T)[:, None] & mc[None, :]
+    if r < HK:
+        _store_tiled(q_out, y, t, w, r, rows, HK, HV, DK)
+    elif r < 2 * HK:
+        _store_tiled(k_out, y, t, w, r - HK, rows, HK, HV, DK)
+    else:
+        tl.store(v_out + (t[:, None] * HV + r - 2 * HK) * DV + w[None, :], y, mask=rows)
+
+
+@triton.jit
+def _attention_prompt(
+    q_gate, k_in, v_in, k_cache, v_cache, q_out, q_norm, k_norm, cos, sin, start, T,
+    s_qg, s_k, s_v, s_ch, s_cs, eps,
+    G: tl.constexpr, BG: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
+    NROT: tl.constexpr,
+):  # fmt: skip
+    """A prompt's token t of one sequence and KV head: the group's queries normalised and rotated
+    into q_out (H, T, D), the key normalised and rotated and the value into the cache at position
+    start + t."""
+    t = tl.program_id(0)
+    kvh = tl.program_id(1)
+    pos = start + t
+    d = tl.arange(0, D)
+    g = tl.arange(0, BG)
+    heads = kvh * G + tl.minimum(g, G - 1)
+    cos_row = cos + pos * HALF
+    sin_row = sin + pos * HALF
+    q_ptr = q_gate + t * s_qg + heads[:, None] * (2 * D) + d[None, :]
+    q = _norm_rope(q_ptr, d[None, :], q_norm, cos_row, sin_row, eps, D, HALF, NROT)
+    dt = q_out.dtype.element_ty
+    tl.store(q_out + (heads[:, None] * T + t) * D + d[None, :], q.to(dt), mask=(g < G)[:, None])
+    k = _norm_rope(k_in + t * s_k + kvh * D + d, d, k_norm, cos_row, sin_row, eps, D, HALF,
+                   NROT)  # fmt: skip
+    v = tl.load(v_in + t * s_v + kvh * D + d)
+    cache = kvh * s_ch + pos * s_cs + d
+    tl.store(k_cache + cache, k.to(k_cache.dtype.element_ty))
+    tl.store(v_cache + cache, v.to(v_cache.dtype.element_ty))
+
+
+def gdn_prompt_conv(
+    qkv: Any, ring: Any, conv_w: Any, start: int, dims: Any
+) -> tuple[Any, Any, Any]:
+    """The convolution, SiLU and L2 norms of a prompt piece qkv (T, C) of one sequence at
+    positions start.., its ring (K, C) float32 holding the inputs before start (read, not
+    written): q, k (T, HV, DK) tiled to the V heads and v (T, HV, DV), float32."""
+    torch = require_torch()
+    t, d = qkv.shape[0], dims
+    _check(qkv)
+    if not ring.is_contiguous():
+        raise ValueError("the conv ring must be contiguous")
+    q = torch.empty(t, d.v_heads, d.k_dim, device=qkv.device)
+    k = torch.empty_like(q)
+    v = torch.empty(t, d.v_heads, d.v_dim, device=qkv.device)
+    bt = 16
+    _gdn_prompt_conv[(-(-t // bt), 2 * d.k_heads + d.v_heads)](
+        qkv, ring, conv_w, q, k, v, start, t, qkv.stride(0),
+        C=ring.shape[1], K=d.conv_kernel, HK=d.k_heads, HV=d.v_heads, DK=d.k_dim, DV=d.v_dim,
+        BW=triton.next_power_of_2(max(d.k_dim, d.v_dim)), BT=bt, num_warps=4,
+    )  # fmt: skip
+    return q, k, v
+
+
+def gdn_gated_norm(o: Any, z: Any, norm: Any, out: Any, dims: Any) -> None:
+    """out (T, HV*DV) = rmsnorm(o) * norm * silu(z) per V head; o (T, HV, DV) float32
+    contiguous."""
+    d = dims
+    _check(out, z)
+    if not o.is_contiguous() or o.dtype != require_torch().float32:
+        raise ValueError("o must be contiguous float32")
+    _gdn_norm[(d.v_heads, o.shape[0])](
+        o, z, norm, out, z.stride(0), out.stride(0), d.eps, HV=d.v_heads, DV=d.v_dim,
+        num_warps=1,
+    )  # fmt: skip
+
+
+def attention_prompt(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, start: int,
+                     q_norm: Any, k_norm: Any, rope: Any, dims: Any) -> Any:  # fmt: skip
+    """A prompt piece (T rows) of one sequence at positions start..: the keys and values into
+    its cache (H_kv, context, D); the normalised, rotated queries (H, T, D) in the cache's
+    dtype."""
+    torch = require_torch()
+    t, d = q_gate.shape[0], dims
+    if not tileable(d.head_dim):
+        raise ValueError(f"head_dim {d.head_dim} is not a power of two of at least 16")
+    _check(q_gate, k, v)
+    if k_cache.stride(-1) != 1 or v_cache.stride() != k_cache.stride():
+        raise ValueError("the K and V caches need one layout with unit stride")
+    q = torch.empty(d.n_head, t, d.head_dim, dtype=k_cache.dtype, device=q_gate.device)
+    group = d.n_head // d.n_head_kv
+    _attention_prompt[(t, d.n_head_kv)](
+        q_gate, k, v, k_cache, v_cache, q, q_norm, k_norm, rope.cos, rope.sin, start, t,
+        q_gate.stride(0), k.stride(0), v.stride(0), k_cache.stride(0), k_cache.stride(1), d.eps,
+        G=group, BG=triton.next_power_of_2(group), D=d.head_dim, HALF=rope.half,
+        NROT=rope.n_rot, num_warps=4,
+    )  # fmt: skip
+    return q
 
 
 class AttentionScratch:
