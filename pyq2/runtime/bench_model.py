@@ -1,15 +1,16 @@
-"""`pyq2 bench --whole`: the whole model on the GPU (pyq2.runtime.gpu_model), in tokens per
-second of a generation.
+"""`pyq2 bench --whole`: the whole model on the GPU (pyq2.runtime.gpu_model), in tokens per second
+of a generation.
 
-For each batch size B it runs B random prompts of `prompt` tokens (one sequence after another,
-in chunks) and then `decode` greedy decode steps of all B sequences together, each step a CUDA
-graph replay, and reports the time to first token (the whole batch's prompts), decode tokens/s,
-the time per decode step and its parts, each timed alone as a CUDA graph at the final attention
-span: the weight path (embedding, producers, projections, side projections), attention, the
-recurrence, and the rest (sampling, the ids back to the host, launch gaps: the step less the
-three). The byte floor of one decode step counts every projection's weights and the embedding
-rows, the recurrent and convolution states read and written, and the KV cache read at the last
-step's positions, over the read bandwidth of the same run.
+For each batch size B it runs B random prompts of `prompt` tokens (one sequence after another, in
+chunks) and then `decode` greedy decode steps of all B sequences together, each step a CUDA graph
+replay chained on the last one's choice as generate runs them, and reports the time to first token
+(the whole batch's prompts), decode tokens/s, the time per decode step and its parts, each timed
+alone as a CUDA graph at the final attention span: the weight path (embedding, producers,
+projections, side projections overlapping them as in the step), attention, the recurrence, and the
+rest (sampling, the ids back to the host, launch gaps: the step less the three). The byte floor of
+one decode step counts every projection's weights and the embedding rows, the recurrent and
+convolution states read and written, and the KV cache read at the last step's positions, over the
+read bandwidth of the same run.
 """
 
 from __future__ import annotations
@@ -59,11 +60,18 @@ def measure_whole(
     logits = gm.prefill(prompts)
     tokens = gm.sample(logits, params, [list(p) for p in prompts])
     ttft = time.perf_counter() - t0
-    tokens = gm.sample(gm.decode(tokens), params, [[t] for t in tokens])  # captures the graph
+    gm.decode_sample(tokens, params)()
+    gm.warm(decode)  # every graph the timed steps replay
     torch.cuda.synchronize()
+    # as generate runs them: each step chained on the last one's choice, its tokens read while
+    # the next step runs
     t1 = time.perf_counter()
-    for _ in range(decode - 1):
-        tokens = gm.sample(gm.decode(tokens), params, [[t] for t in tokens])
+    pending = gm.decode_sample(None, params)
+    for _ in range(decode - 2):
+        ahead = gm.decode_sample(None, params)
+        pending()
+        pending = ahead
+    pending()
     decode_s = time.perf_counter() - t1
     step_ms = decode_s / max(decode - 1, 1) * 1e3
     # the parts, each alone as a graph at the last step's span

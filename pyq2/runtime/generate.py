@@ -9,6 +9,11 @@ on_text(sequence, text) as it becomes complete UTF-8 past any stop string that m
 
 A backend is the model on some device (ModelBackend): pyq2.runtime.cpu_model runs the numpy
 reference on the CPU, pyq2.runtime.gpu_model libpq2's weight path with torch mixers on a GPU.
+Where the backend chains its steps on the device (ModelBackend, decode_sample), the next step
+is started before the host reads the tokens of the one before it, unless every sequence ends
+with those tokens by its length or the context: the host's work on a token then overlaps the
+next step, and a sequence that ends at an end-of-sequence token or a stop string costs one
+step more, whose tokens are dropped.
 The timings are what a llama.cpp user expects: prompt tokens/s, decode tokens/s and the time to
 first token; an interruption (Ctrl-C) ends the generation early with `interrupted` set and the
 timings so far.
@@ -28,6 +33,10 @@ from ..text.tokenizer import StreamDecoder, Tokenizer
 
 
 class ModelBackend(Protocol):
+    """A model on some device. One that chains decode steps where the tokens are also has
+    decode_sample(tokens | None, params) -> (a function returning the chosen tokens): a step
+    and its sampling started, None taking the previous call's choice (pyq2.runtime.gpu_model)."""
+
     name: str  # what runs it, for the timings line ("cpu (numpy)", "gpu (NVIDIA H200)")
     n_vocab: int
     context: int  # the most positions a sequence may hold
@@ -139,6 +148,25 @@ def check_prompts(prompts: list[list[int]], n_vocab: int, context: int, max_toke
         raise ValueError(f"-n {max_tokens}: the number of tokens to generate is at least 0")
 
 
+def _launcher(
+    backend: ModelBackend, params: SamplingParams, history: list[list[int]]
+) -> Callable[[list[int] | None], Callable[[], list[int]] | None]:
+    """launch(tokens) starts a decode step of the given tokens and returns a function giving
+    the chosen ones; launch(None) chains a step on the previous choice where the backend can
+    (else None: the caller gives the tokens when it has them)."""
+    chained = getattr(backend, "decode_sample", None)
+    if chained is not None:
+        return lambda tokens: chained(tokens, params)
+
+    def launch(tokens: list[int] | None) -> Callable[[], list[int]] | None:
+        if tokens is None:
+            return None
+        chosen = backend.sample(backend.decode(tokens), params, history)
+        return lambda: chosen
+
+    return launch
+
+
 def generate(
     backend: ModelBackend,
     tokenizer: Tokenizer,
@@ -188,11 +216,23 @@ def generate(
             accept(i, tok)
             history[i].append(tok)
         t1 = time.perf_counter()
-        while any(s.finish is None for s in seqs):
-            # finished sequences stay in the batch (fixed batch shapes) with a repeated token
-            feed = [h[-1] for h in history]
-            logits = backend.decode(feed)
-            nxt = backend.sample(logits, options.sampling, history)
+        launch = _launcher(backend, options.sampling, history)
+
+        def may_go_on() -> bool:
+            """Whether a sequence may still run after its next token (not ending by length)."""
+            return any(
+                s.finish is None
+                and len(s.tokens) + 1 < options.max_tokens
+                and len(s.prompt) + len(s.tokens) + 1 < backend.context
+                for s in seqs
+            )
+
+        # finished sequences stay in the batch (fixed batch shapes): a repeated token, or
+        # (chained on the device) their own choice, unread
+        pending = launch([h[-1] for h in history]) if any(s.finish is None for s in seqs) else None
+        while pending is not None:
+            ahead = launch(None) if may_go_on() else None
+            nxt = pending()
             for i, tok in enumerate(nxt):
                 if seqs[i].finish is None:
                     accept(i, tok)
@@ -201,6 +241,9 @@ def generate(
                 else:
                     history[i].append(history[i][-1])
             t.decode_s = time.perf_counter() - t1
+            if not any(s.finish is None for s in seqs):
+                break
+            pending = ahead if ahead is not None else launch([h[-1] for h in history])
     except KeyboardInterrupt:
         t.interrupted = True
         raise

@@ -8,12 +8,15 @@ preallocated for the context. A decode step runs one token of every sequence as 
 of B rows, replayed from a CUDA graph per (B, attention span) once warm: the span is the cache
 positions attention reads, rounded up to a multiple of SPAN_STEP so that a graph serves many
 steps. Sampling runs on the device (pyq2.text.sampling.sample_torch); only the chosen ids come
-back to the host.
+back to the host. decode_sample() chains the steps on the device: a step's chosen ids are the
+next step's input where they are, and reach the host through pinned memory while the next step
+runs, so the host's work on a token (stop checks, detokenisation) overlaps the GPU's next step.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..lib.optional import require_torch
@@ -102,24 +105,37 @@ class GpuModel:
                 )
         self.positions = torch.zeros(batch, dtype=torch.int64, device=self.device)
         self.lengths: list[int] = []
-        self._steps: dict[int, DecodeStep] = {}
+        self._steps: dict[tuple[int, bool], DecodeStep] = {}  # (rows, last row only)
         self._mode: tuple[Any, ...] = ("decode", 0)
         self._graphs: dict[tuple[int, int], Any] = {}
         self.use_graphs = graphs
         self._generator: Any = None
         self._mask: Any = None
+        self._host_ids: list[Any] = []  # decode_sample's two pinned buffers, in turn
+        self._turn = 0
+        self._no_mixers = False  # part("weights"): the step without its mixers
 
     # ---- the weight path, with the mixers between its projections ---------------------------
 
-    def _step(self, m: int) -> DecodeStep:
-        if m not in self._steps:
-            # a prompt's steps share one layer's output buffers (their rows are many)
-            self._steps[m] = DecodeStep(
-                self.model, m, dtype=self.dtype, mixer=self._mixer, shared=m > SHARED_ABOVE
-            )
-        return self._steps[m]
+    def _step(self, m: int, last_row: bool = False) -> DecodeStep:
+        """The step of m rows (last_row: the head on the last row only, a prompt piece's next
+        token). Steps of more than SHARED_ABOVE rows share one layer's output buffers; of the
+        prompt pieces' (last_row) only the latest such step is kept (a batch of prompts of
+        many lengths would otherwise hold one each; decode steps are kept: graphs use them)."""
+        key = (m, last_row)
+        if key not in self._steps:
+            if last_row and m > SHARED_ABOVE:
+                for k in [k for k in self._steps if k[1] and k[0] > SHARED_ABOVE]:
+                    del self._steps[k]
+            self._steps[key] = DecodeStep(
+                self.model, m, dtype=self.dtype, mixer=self._mixer, shared=m > SHARED_ABOVE,
+                last_rows=1 if last_row else None,
+            )  # fmt: skip
+        return self._steps[key]
 
     def _mixer(self, layer: int) -> None:
+        if self._no_mixers:
+            return
         step = self._current
         out, b, mode = step.outputs, f"blk.{layer}.", self._mode
         if layer in self.attn:
@@ -170,7 +186,7 @@ class GpuModel:
         rows = []
         for start in range(0, len(ids), chunk):
             piece = ids[start : start + chunk]
-            step = self._step(len(piece))
+            step = self._step(len(piece), last_row=not every_row)
             step.ids.copy_(torch.tensor(piece, dtype=torch.int32))
             self._run(step, ("prefill", seq, start))
             if every_row:
@@ -185,10 +201,55 @@ class GpuModel:
 
     def decode(self, tokens: list[int]) -> Any:
         torch = require_torch()
-        b = len(tokens)
-        step = self._step(b)
+        step = self._step(len(tokens))
         step.ids.copy_(torch.tensor(tokens, dtype=torch.int32))
-        span = min(self.context, -(-(max(self.lengths) + 1) // SPAN_STEP) * SPAN_STEP)
+        return self._decode(step)
+
+    def decode_sample(
+        self, tokens: list[int] | None, params: SamplingParams
+    ) -> Callable[[], list[int]]:
+        """Start one decode step of every sequence and its sampling: tokens[b] is sequence b's
+        next token, or None: the tokens the previous decode_sample chose, still on the device.
+        Returns at once with a function that waits for this step's chosen tokens (pinned
+        memory and an event, not a device synchronisation); call it before the decode_sample
+        after the next one, which reuses its buffer."""
+        torch = require_torch()
+        b = len(self.lengths)
+        step = self._step(b)
+        if tokens is not None:
+            if len(tokens) != b:
+                raise ValueError(f"{len(tokens)} tokens for {b} sequences")
+            step.ids.copy_(torch.tensor(tokens, dtype=torch.int32))
+        ids = self._choose(self._decode(step), params, None)
+        step.ids.copy_(ids)  # the next step's input
+        if not self._host_ids:
+            self._host_ids = [
+                torch.empty(self.batch, dtype=torch.int64, pin_memory=True) for _ in range(2)
+            ]
+        host = self._host_ids[self._turn][:b]
+        self._turn = 1 - self._turn
+        host.copy_(ids, non_blocking=True)
+        done = torch.cuda.Event()
+        done.record()
+
+        def chosen() -> list[int]:
+            done.synchronize()
+            return [int(t) for t in host.tolist()]
+
+        return chosen
+
+    def warm(self, steps: int) -> None:
+        """Capture now the decode graphs the next `steps` steps of the current sequences will
+        replay (a benchmark's timed steps then capture none)."""
+        b, n = len(self.lengths), max(self.lengths)
+        for span in sorted({_span(n + i, self.context) for i in range(steps)}):
+            self._graph(b, span)
+
+    def _decode(self, step: DecodeStep) -> Any:
+        """The step's ids through the model at the sequences' positions: the logits (B, V)
+        float32."""
+        b = step.m
+        span = _span(max(self.lengths), self.context)
         if self.use_graphs:
             self._graph(b, span).replay()
         else:
@@ -245,25 +306,45 @@ class GpuModel:
 
         def run() -> None:
             self._current, self._mode = step, ("decode", span)
-            if which == "weights":
-                step.run(("embedding", "producer", "projection", "side"))
+            if which == "weights":  # as the step runs it: the side projections overlapping
+                with self._without_mixers():
+                    step.run()
             for i in layers if which != "weights" else ():
                 self._mixer(i)
 
         return run
 
+    @contextmanager
+    def _without_mixers(self) -> Iterator[None]:
+        self._no_mixers = True
+        try:
+            yield
+        finally:
+            self._no_mixers = False
+
     def sample(self, logits: Any, params: SamplingParams, history: list[list[int]]) -> list[int]:
+        return [int(t) for t in self._choose(logits, params, history).tolist()]
+
+    def _choose(self, logits: Any, params: SamplingParams, history: list[list[int]] | None) -> Any:
+        """The chosen ids (B,) on the device. The repetition penalty's mask of seen tokens is
+        made from `history` at the generation's first call (the prompts) and takes each call's
+        chosen ids after it, on the device."""
         torch = require_torch()
         if self._generator is None:
             self._generator = params.torch_generator(self.device)
         mask = None
         if params.repetition_penalty != 1.0:
             if self._mask is None:
+                if history is None:
+                    raise ValueError("the first sampling of a generation needs its history")
                 self._mask = make_history_mask(history, logits.shape[1], self.device)
-            else:
-                rows = torch.arange(len(history), device=self.device)
-                last = torch.tensor([h[-1] for h in history], device=self.device)
-                self._mask[rows, last] = True
             mask = self._mask
         ids = sample_torch(logits, params, mask, self._generator)
-        return [int(t) for t in ids.tolist()]
+        if mask is not None:
+            mask[torch.arange(ids.shape[0], device=self.device), ids] = True
+        return ids
+
+
+def _span(length: int, context: int) -> int:
+    """The attention span of a decode step after `length` positions (the new one included)."""
+    return min(context, -(-(length + 1) // SPAN_STEP) * SPAN_STEP)

@@ -19,6 +19,10 @@ With `shared`, the stages of one role (a layer's q/k/v outputs, its FFN outputs,
 buffer for all layers instead of one each (what a prompt of many rows needs: the outputs of one
 layer instead of all of them; `outputs` and `record()` then show the last layer's).
 
+With `last_rows` (n), the last stage (the final norm and the head) runs on the step's last n rows
+only: `logits` has n rows (a prompt's next token needs its last row's alone; the head's rows at
+every token are most of a long prompt's memory and a few percent of its time).
+
 With `fuse` (the default), the projections of one stage that read the same activation (attention
 q/k/v, Gated-DeltaNet qkv and gate, FFN gate and up; the side projections alike) run as one
 matmul writing one output whose column ranges are the projections' outputs: on the file's fused
@@ -74,6 +78,7 @@ class DecodeStep:
         collective: Collective | None = None,
         mixer: Callable[[int], Any] | None = None,
         shared: bool = False,
+        last_rows: int | None = None,
     ):
         torch = require_torch()
         g, rank = model.tp or (1, 0)
@@ -87,6 +92,9 @@ class DecodeStep:
         self.collective = collective
         self.mixer = mixer
         self.model, self.m = model, m
+        if last_rows is not None and not 1 <= last_rows <= m:
+            raise ValueError(f"last_rows {last_rows} for a step of {m} rows")
+        self.head_m = m if last_rows is None else last_rows
         self.dtype = dtype if dtype is not None else torch.bfloat16
         plan = model.plan
         emb = model.weights[plan.embedding].matrix
@@ -97,18 +105,19 @@ class DecodeStep:
             return torch.empty(*shape, dtype=dtype or self.dtype, device=dev)
 
         buffers: dict[tuple[Any, ...], Any] = {}
+        last = len(plan.stages) - 1
 
-        def output(role: tuple[Any, ...], cols: int) -> Any:
+        def output(role: tuple[Any, ...], cols: int, rows: int = m) -> Any:
             """A stage's output buffer: its own, or with `shared` the one every layer's stage of
             the same role writes (each is read before the next layer's writes it)."""
             if not shared:
-                return empty(m, cols)
-            return buffers.setdefault((role, cols), empty(m, cols))
+                return empty(rows, cols)
+            return buffers.setdefault((role, cols, rows), empty(rows, cols))
 
         self.ids = torch.zeros(m, dtype=torch.int32, device=dev)
         self.h = [empty(m, self.hidden), empty(m, self.hidden)]
         self.outputs: dict[str, Any] = {}
-        self.q8: dict[int, Q8Operand] = {}
+        self.q8: dict[int, Q8Operand] = {}  # by width; the head's is self.head_q8
         self.normed: dict[int, Any] = {}
         self.mixer_out: dict[int, Any] = {}
         # per stage: [(matrix, output, names)] of the matmuls, and the side matmul
@@ -117,16 +126,20 @@ class DecodeStep:
         ws = 256
         for i, stage in enumerate(plan.stages):
             width = self._width(stage)
-            self.q8.setdefault(width, Q8Operand.empty(m, width, dev))
+            rows = self.head_m if i == last else m
+            if i == last:
+                self.head_q8 = Q8Operand.empty(rows, width, dev)
+            else:
+                self.q8.setdefault(width, Q8Operand.empty(m, width, dev))
             self.matmuls[i] = []
             for mats, columns in matmul_groups(model, stage.projections, fuse):
                 key = tuple(name for name, _, _ in columns)
                 if len(mats) > 1 and key not in model.concatenated:
                     model.concatenated[key] = concat_rows(mats)
                 w = model.concatenated[key] if len(mats) > 1 else mats[0]
-                out = output((stage.layer < 0, *(_role(n) for n in key)), w.n)
+                out = output((stage.layer < 0, *(_role(n) for n in key)), w.n, rows)
                 self.matmuls[i].append((w, out))
-                ws = max(ws, w.workspace_size(m))
+                ws = max(ws, w.workspace_size(rows))
                 for name, first, cols in columns:
                     self.outputs[name] = out[:, first : first + cols]
             if stage.unrotated:
@@ -150,9 +163,9 @@ class DecodeStep:
             # a shard's head rows are those of head_rows (pyq2.runtime.load.check)
             self._head_rows = head_rows(vocab, g) if split is not None else [(0, vocab)]
             most = max(b - a for a, b in self._head_rows)
-            self._send = empty(m, most)
-            self._gathered = empty(g, m, most)
-            self.logits = empty(m, vocab)
+            self._send = empty(self.head_m, most)
+            self._gathered = empty(g, self.head_m, most)
+            self.logits = empty(self.head_m, vocab)
         self.workspace = torch.empty(ws, dtype=torch.uint8, device=dev)
         self.side_stream = torch.cuda.Stream(device=dev)  # run(): the side projections
         self.calls = self._calls()
@@ -175,20 +188,22 @@ class DecodeStep:
             )
         ]
         cur, residual = 0, None
+        last = len(plan.stages) - 1
         for i, stage in enumerate(plan.stages):
             width = self._width(stage)
-            q = self.q8[width]
+            q = self.head_q8 if i == last else self.q8[width]
             rot = model.rotation_for(width)
             if stage.producer == "norm":
-                h_out = self.h[1 - cur] if residual is not None else None
-                inputs = {
-                    "x": self.h[cur],
-                    "residual": residual,
-                    "norm": model.dense[str(stage.norm)],
-                }
+                # the head's stage: the last head_m rows (nothing reads its h_out)
+                first = self.m - q.m
+                x = self.h[cur][first:]
+                if residual is not None:
+                    residual = residual[first:]
+                h_out = self.h[1 - cur][first:] if residual is not None else None
+                inputs = {"x": x, "residual": residual, "norm": model.dense[str(stage.norm)]}
                 fn = _bind(
                     norm_rotate_q8,
-                    self.h[cur],
+                    x,
                     model.dense[str(stage.norm)],
                     plan.eps,
                     rot,

@@ -118,6 +118,64 @@ def test_the_end_of_sequence_token_stops_a_sequence(cpu):
     assert seq.finish == "eos" and seq.tokens == [42, 42]
 
 
+class Chained:
+    """The demo model with decode_sample: each step's input is the previous step's choice
+    where the backend keeps it, as the GPU runner chains its steps on the device; counts the
+    steps it runs."""
+
+    def __init__(self, model):
+        self.model, self.steps = model, 0
+        self.name, self.n_vocab, self.context = "chained", model.n_vocab, model.context
+
+    def prefill(self, prompts):
+        return self.model.prefill(prompts)
+
+    def decode(self, tokens):
+        raise AssertionError("a chained backend's steps go through decode_sample")
+
+    def sample(self, logits, params, history):  # the prompts' next tokens
+        self.history = [list(h) for h in history]
+        return self._chose(self.model.sample(logits, params, history))
+
+    def _chose(self, tokens):
+        self.last = tokens
+        for h, t in zip(self.history, tokens, strict=True):
+            h.append(t)
+        return list(tokens)
+
+    def decode_sample(self, tokens, params):
+        self.steps += 1
+        feed = self.last if tokens is None else tokens
+        chosen = self._chose(self.model.sample(self.model.decode(feed), params, self.history))
+        return lambda: chosen
+
+
+@pytest.mark.parametrize(
+    "texts,kw",
+    [
+        (["The ship came back"], dict(max_tokens=12, ignore_eos=True)),
+        (["The ship"], dict(max_tokens=16, stop=("e",))),
+        (["Hi", "The library on the hill has three floors.", "Where"], dict(max_tokens=6)),
+        (["Hello"], dict(max_tokens=9, sampling=SamplingParams(
+            temperature=1.5, top_k=50, top_p=0.95, repetition_penalty=1.3, seed=7))),
+    ],
+)  # fmt: skip
+def test_chained_steps_give_what_steps_in_turn_give(cpu, texts, kw):
+    """generate over a backend that chains its steps (the next started before the host reads
+    the tokens of the one before) gives the tokens, text and ends of one that does not; it runs
+    no step past the last by length, and at most one past an end by a stop string."""
+    _, model, tok, _ = cpu
+    want = run(model, tok, texts, **kw)
+    chained = Chained(model)
+    got = run(chained, tok, texts, **kw)
+    assert [(s.tokens, s.text, s.finish) for s in got] == [
+        (s.tokens, s.text, s.finish) for s in want
+    ]
+    longest = max(len(s.tokens) + (s.finish == "eos") for s in want)
+    spare = any(s.finish in ("eos", "stop") for s in want)
+    assert longest - 1 <= chained.steps <= longest - 1 + spare, [s.finish for s in want]
+
+
 def test_refusals_before_any_work(cpu):
     _, model, tok, _ = cpu
     with pytest.raises(ValueError, match="is empty"):

@@ -130,6 +130,31 @@ def test_decode_step_graph_gives_the_bits_of_the_calls_in_order(m):
         assert torch.equal(step.outputs[name], t), f"m={m} {name}: graph against calls in order"
 
 
+HEAD_TOL = 1e-6  # the head at two batch sizes: fp32 sums of exact int32 group products
+
+
+@pytest.mark.parametrize("m,last", [(5, 1), (40, 1), (40, 3), (17, 17)])
+def test_a_step_with_last_rows_gives_the_full_steps_last_logits(m, last):
+    """last_rows runs the final norm and the head on the step's last rows only: the Q8 of those
+    rows is the full step's (the producer's bits do not depend on the rows around them), so
+    the logits are the full step's last rows to the head's summation order (its matmul runs at
+    another m: HEAD_TOL)."""
+    model = synthetic("tiny")
+    full = DecodeStep(model, m, dtype=torch.float32)
+    part = DecodeStep(model, m, dtype=torch.float32, last_rows=last)
+    ids = torch.arange(m, dtype=torch.int32) * 13 % 200
+    for s in (full, part):
+        s.ids.copy_(ids)
+        s.logits.fill_(float("nan"))
+        s.run()
+    torch.cuda.synchronize()
+    assert part.logits.shape == (last, full.logits.shape[1])
+    assert torch.equal(part.head_q8.scales, full.head_q8.scales[m - last :])
+    assert reference.rel_rms(f64(part.logits), f64(full.logits[m - last :])) <= HEAD_TOL
+    with pytest.raises(ValueError, match="last_rows 0"):
+        DecodeStep(model, m, last_rows=0)
+
+
 def test_load_refuses_a_non_finite_scale_and_frees_what_it_uploaded(demo_gguf, tmp_path):
     blob = bytearray(demo_gguf.read_bytes())
     with gguf_io.open_gguf(demo_gguf) as gf:

@@ -30,6 +30,7 @@ from pyq2.runtime.gpu_model import GpuModel  # noqa: E402
 from pyq2.runtime.open_model import read_metadata  # noqa: E402
 from pyq2.spec import qwen35  # noqa: E402
 from pyq2.spec.reference import rel_rms  # noqa: E402
+from pyq2.text.sampling import SamplingParams  # noqa: E402
 from pyq2.text.tokenizer import Tokenizer  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -121,6 +122,37 @@ def test_a_batch_gives_what_each_sequence_gives_alone(model_file):
     together = [s.tokens for s in generate(gpu, tok, prompts, opts)]
     alone = [generate(gpu, tok, [p], opts)[0].tokens for p in prompts]
     assert together == alone
+
+
+class InTurn:
+    """A GPU model without decode_sample: generate then runs a step, reads its tokens and
+    gives them to the next (steps in turn, not chained on the device)."""
+
+    def __init__(self, gpu):
+        self.gpu = gpu
+        self.name, self.n_vocab, self.context = gpu.name, gpu.n_vocab, gpu.context
+
+    def prefill(self, prompts):
+        return self.gpu.prefill(prompts)
+
+    def decode(self, tokens):
+        return self.gpu.decode(tokens)
+
+    def sample(self, logits, params, history):
+        return self.gpu.sample(logits, params, history)
+
+
+def test_steps_chained_on_the_device_give_what_steps_in_turn_give(model_file):
+    """decode_sample (the next step's ids from the last step's choice, on the device, read one
+    step late through pinned memory) gives the tokens of the steps in turn, with a seeded
+    sampler and the repetition penalty's mask kept on the device."""
+    _, gpu, tok, _ = open_both(model_file)
+    prompts = [tokens(n, seed=n) for n in (7, 12)]
+    params = SamplingParams(temperature=1.2, top_k=40, top_p=0.9, repetition_penalty=1.3, seed=5)
+    opts = Options(max_tokens=12, sampling=params, ignore_eos=True)
+    chained = [s.tokens for s in generate(gpu, tok, prompts, opts)]
+    in_turn = [s.tokens for s in generate(InTurn(gpu), tok, prompts, opts)]
+    assert chained == in_turn and all(len(t) == 12 for t in chained)
 
 
 def test_graph_replays_match_eager_steps(model_file):
