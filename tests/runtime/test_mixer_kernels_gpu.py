@@ -96,11 +96,10 @@ ATTN_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("d", ATTN_SHAPES)
-@pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16])
-def test_attention_decode_matches_the_torch_form(d, cache):
-    batch, context = 5, 300
-    g = torch.Generator(device="cpu").manual_seed(d.head_dim)
+def attention_pair(d, batch, context, cache, seed):
+    """The layer with the kernels and without, the same norms and the same random caches; and
+    the generator, for the inputs."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
     w = {
         "q_norm": (1 + 0.1 * torch.randn(d.head_dim, generator=g)).to(DEV),
         "k_norm": (1 + 0.1 * torch.randn(d.head_dim, generator=g)).to(DEV),
@@ -108,10 +107,18 @@ def test_attention_decode_matches_the_torch_form(d, cache):
     rope = Rope(d, context, DEV)
     fast = Attention(d, w, batch, context, rope, DEV, cache, kernels=True)
     slow = Attention(d, w, batch, context, rope, DEV, cache, kernels=False)
-    assert fast.kernels is not None and slow.kernels is None
     for t in (fast.k, fast.v):
         t.copy_(torch.randn(t.shape, generator=g))
     slow.k.copy_(fast.k), slow.v.copy_(fast.v)
+    return fast, slow, g
+
+
+@pytest.mark.parametrize("d", ATTN_SHAPES)
+@pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16])
+def test_attention_decode_matches_the_torch_form(d, cache):
+    batch, context = 5, 300
+    fast, slow, g = attention_pair(d, batch, context, cache, seed=d.head_dim)
+    assert fast.kernels is not None and slow.kernels is None
     ch = mixer_kernels.CHUNK
     # positions at 0, on both sides of chunk boundaries and at the end of the span
     positions = torch.tensor([0, ch - 1, ch, 2 * ch + 1, 4 * ch + 3], device=DEV)
@@ -182,18 +189,7 @@ def test_gdn_prompt_kernels_match_the_torch_form(d, dtype):
 @pytest.mark.parametrize("d", ATTN_SHAPES)
 @pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16])
 def test_attention_prompt_kernel_matches_the_torch_form(d, cache):
-    batch, context = 2, 300
-    g = torch.Generator(device="cpu").manual_seed(d.head_dim + 1)
-    w = {
-        "q_norm": (1 + 0.1 * torch.randn(d.head_dim, generator=g)).to(DEV),
-        "k_norm": (1 + 0.1 * torch.randn(d.head_dim, generator=g)).to(DEV),
-    }
-    rope = Rope(d, context, DEV)
-    fast = Attention(d, w, batch, context, rope, DEV, cache, kernels=True)
-    slow = Attention(d, w, batch, context, rope, DEV, cache, kernels=False)
-    for t in (fast.k, fast.v):
-        t.copy_(torch.randn(t.shape, generator=g))
-    slow.k.copy_(fast.k), slow.v.copy_(fast.v)
+    fast, slow, g = attention_pair(d, 2, 300, cache, seed=d.head_dim + 1)
     tol = FP32_TOL * 5 if cache == torch.float32 else BF16_TOL
     for start, end in PIECES:
         t = end - start
