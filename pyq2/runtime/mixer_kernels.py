@@ -23,11 +23,19 @@ over its state, written back where it was read:
   flash-linear-attention's chunked rule) and gdn_gated_norm after it; attention_prompt (q and k
   normalised and rotated, k and v into the cache) before scaled_dot_product_attention.
 
+On compute capability 9.0 and newer the decode kernels launch with programmatic dependent
+launch (pdl()): a kernel's programs start while the kernel before it finishes, wait for it
+(griddepcontrol.wait) before they read anything it or an earlier kernel wrote, then let the next
+kernel launch. Only gdn_decode does work before its wait, for small grids: it loads the
+recurrent state, which no kernel of the same step writes before it.
+
 Importing this module needs triton; pyq2.runtime.mixers imports it only on CUDA.
 """
 
 from __future__ import annotations
 
+import functools
+import os
 from typing import Any
 
 import triton
@@ -35,11 +43,36 @@ import triton.language as tl
 
 from ..lib.optional import require_torch
 
-CHUNK = 64  # cache positions per attention program
+CHUNK = 128  # cache positions per attention program
 GDN_BV = 32  # state columns per Gated-DeltaNet program
 GDN_WARPS = 4
+EARLY_STATE = 2  # gdn_decode loads the state first up to this many programs per multiprocessor
 ATTENTION_WARPS = 8
 MERGE = 16  # chunks merged per iteration of the second attention kernel
+
+
+@functools.cache
+def pdl(device_index: int) -> bool:
+    """Whether the decode kernels launch with programmatic dependent launch (compute capability
+    9.0 and newer, unless PYQ2_PDL=0): each waits for the kernel before it (griddepcontrol.wait)
+    and lets the next one launch early, so that kernel launches overlap the work before them."""
+    if os.environ.get("PYQ2_PDL", "1") == "0":
+        return False
+    return require_torch().cuda.get_device_capability(device_index)[0] >= 9
+
+
+@functools.cache
+def _sm_count(device_index: int) -> int:
+    return require_torch().cuda.get_device_properties(device_index).multi_processor_count
+
+
+@triton.jit
+def _dependent(PDL: tl.constexpr):
+    """A decode kernel's start under PDL: wait until the kernel before it has finished and its
+    writes are visible, then let the next kernel launch (it waits the same way)."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
 
 
 def tileable(width: int) -> bool:
@@ -71,17 +104,23 @@ def _gdn_decode(
     qkv, alpha, beta, ring, state, o_out, positions, conv_w, a_ptr, dt_bias,
     s_qkv, s_alpha, s_beta, scale,
     C: tl.constexpr, K: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr,
-    DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+    DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PDL: tl.constexpr,
+    EARLY: tl.constexpr,
 ):  # fmt: skip
     NV: tl.constexpr = DV // BV
     h = tl.program_id(0) // NV
     vb = tl.program_id(0) % NV
     b = tl.program_id(1)
     kh = h % HK  # the file's tiled order: V head h reads K head h % HK
-    pos = tl.load(positions + b)
     dk = tl.arange(0, BK)
     dv = vb * BV + tl.arange(0, BV)
     mk = dk < DK
+    tile = ((b * HV + h) * DK + dk[:, None]) * DV + dv[None, :]
+    if EARLY:  # the state first (only this kernel writes it, in an earlier step): its latency
+        # overlaps the wait for the kernel before; a large grid keeps the registers instead
+        s = tl.load(state + tile, mask=mk[:, None], other=0.0)
+    _dependent(PDL)
+    pos = tl.load(positions + b)
     row = qkv + b * s_qkv
     ring_row = ring + b * K * C
     cq = kh * DK + dk
@@ -100,8 +139,9 @@ def _gdn_decode(
     x_a = tl.load(alpha + b * s_alpha + h).to(tl.float32) + tl.load(dt_bias + h)
     decay = tl.exp(tl.load(a_ptr + h) * _softplus(x_a))
     bt = tl.sigmoid(tl.load(beta + b * s_beta + h).to(tl.float32))
-    tile = ((b * HV + h) * DK + dk[:, None]) * DV + dv[None, :]
-    s = tl.load(state + tile, mask=mk[:, None], other=0.0) * decay
+    if not EARLY:
+        s = tl.load(state + tile, mask=mk[:, None], other=0.0)
+    s = s * decay
     delta = (v - tl.sum(k[:, None] * s, 0)) * bt
     s += k[:, None] * delta[None, :]
     tl.store(state + tile, s, mask=mk[:, None])
@@ -109,8 +149,10 @@ def _gdn_decode(
 
 
 @triton.jit
-def _gdn_norm(o_in, z, norm_w, out, s_z, s_out, eps, HV: tl.constexpr, DV: tl.constexpr):
+def _gdn_norm(o_in, z, norm_w, out, s_z, s_out, eps, HV: tl.constexpr, DV: tl.constexpr,
+              PDL: tl.constexpr):  # fmt: skip
     """The gated RMSNorm of one V head's output: rmsnorm(o) * norm_w * silu(z)."""
+    _dependent(PDL)
     h = tl.program_id(0)
     b = tl.program_id(1)
     dv = tl.arange(0, DV)
@@ -145,8 +187,9 @@ def _attention_partial(
     m_out, l_out, acc_out,
     s_qg, s_k, s_v, s_cb, s_ch, s_cs, n_chunks, scale, eps,
     H: tl.constexpr, G: tl.constexpr, BG: tl.constexpr, D: tl.constexpr,
-    HALF: tl.constexpr, NROT: tl.constexpr, BS: tl.constexpr,
+    HALF: tl.constexpr, NROT: tl.constexpr, BS: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    _dependent(PDL)
     c = tl.program_id(0)
     kvh = tl.program_id(1)
     b = tl.program_id(2)
@@ -190,8 +233,9 @@ def _attention_partial(
 @triton.jit
 def _attention_merge(
     q_gate, positions, m_in, l_in, acc_in, out, s_qg, s_out, n_chunks,
-    H: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BC: tl.constexpr,
+    H: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, BC: tl.constexpr, PDL: tl.constexpr,
 ):  # fmt: skip
+    _dependent(PDL)
     h = tl.program_id(0)
     b = tl.program_id(1)
     n = tl.load(positions + b) // BS + 1  # the chunks that hold positions 0 .. pos
@@ -229,15 +273,19 @@ def gdn_decode(qkv: Any, z: Any, alpha: Any, beta: Any, ring: Any, state: Any, o
     if not tileable(d.v_dim):
         raise ValueError(f"value head width {d.v_dim} is not a power of two of at least 16")
     bv = min(d.v_dim, GDN_BV)
+    p = pdl(qkv.device.index)
+    programs = d.v_heads * (d.v_dim // bv) * b
+    early = programs <= EARLY_STATE * _sm_count(qkv.device.index)
     _gdn_decode[(d.v_heads * (d.v_dim // bv), b)](
         qkv, alpha, beta, ring, state, o, positions, conv_w, a, dt_bias,
         qkv.stride(0), alpha.stride(0), beta.stride(0), scale,
         C=ring.shape[2], K=d.conv_kernel, HK=d.k_heads, HV=d.v_heads, DK=d.k_dim, DV=d.v_dim,
-        BK=triton.next_power_of_2(d.k_dim), BV=bv, num_warps=GDN_WARPS,
+        BK=triton.next_power_of_2(d.k_dim), BV=bv, PDL=p, EARLY=early, num_warps=GDN_WARPS,
+        launch_pdl=p,
     )  # fmt: skip
     _gdn_norm[(d.v_heads, b)](
-        o, z, norm, out, z.stride(0), out.stride(0), d.eps, HV=d.v_heads, DV=d.v_dim,
-        num_warps=1,
+        o, z, norm, out, z.stride(0), out.stride(0), d.eps, HV=d.v_heads, DV=d.v_dim, PDL=p,
+        num_warps=1, launch_pdl=p,
     )  # fmt: skip
 
 
@@ -346,7 +394,7 @@ def gdn_gated_norm(o: Any, z: Any, norm: Any, out: Any, dims: Any) -> None:
     if not o.is_contiguous() or o.dtype != require_torch().float32:
         raise ValueError("o must be contiguous float32")
     _gdn_norm[(d.v_heads, o.shape[0])](
-        o, z, norm, out, z.stride(0), out.stride(0), d.eps, HV=d.v_heads, DV=d.v_dim,
+        o, z, norm, out, z.stride(0), out.stride(0), d.eps, HV=d.v_heads, DV=d.v_dim, PDL=False,
         num_warps=1,
     )  # fmt: skip
 
@@ -399,18 +447,20 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
     _check(out, q_gate, k, v)
     group = d.n_head // d.n_head_kv
     chunks = -(-span // scratch.chunk)
+    p = pdl(q_gate.device.index)
     _attention_partial[(chunks, d.n_head_kv, b)](
         q_gate, k, v, k_cache, v_cache, positions, q_norm, k_norm, rope.cos, rope.sin,
         scratch.m, scratch.l, scratch.acc,
         q_gate.stride(0), k.stride(0), v.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), scratch.n_chunks, scale, d.eps,
         H=d.n_head, G=group, BG=max(16, triton.next_power_of_2(group)), D=d.head_dim,
-        HALF=rope.half, NROT=rope.n_rot, BS=scratch.chunk, num_warps=ATTENTION_WARPS,
+        HALF=rope.half, NROT=rope.n_rot, BS=scratch.chunk, PDL=p, num_warps=ATTENTION_WARPS,
+        launch_pdl=p,
     )  # fmt: skip
     _attention_merge[(d.n_head, b)](
         q_gate, positions, scratch.m, scratch.l, scratch.acc, out, q_gate.stride(0),
         out.stride(0), scratch.n_chunks, H=d.n_head, D=d.head_dim, BS=scratch.chunk, BC=MERGE,
-        num_warps=4,
+        PDL=p, num_warps=4, launch_pdl=p,
     )  # fmt: skip
 
 

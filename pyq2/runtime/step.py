@@ -8,7 +8,7 @@ read it:
 - norm stage: h = h + r (r: the output of the stage's previous projection, the mixer's output
   projection or ffn_down; none before the first layer), RMSNorm with the stage's norm weight,
   rotate, Q8; the un-rotated normed rows also go to the un-folded side projections (ssm_alpha,
-  ssm_beta: dense, computed with torch);
+  ssm_beta: dense; pyq2.runtime.dense_kernels for a decode step's few rows, else torch.matmul);
 - mixer stage: the mixer's output (attention or recurrence: the host's work, a buffer the host
   fills, `mixer_out[layer]`: with `mixer` given, a "mixer" call mixer(layer) right before the
   stage's producer, after the stage's inputs are all written), permuted to the grouped V-head order
@@ -47,6 +47,7 @@ reference needs).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -174,7 +175,6 @@ class DecodeStep:
         return self.model.weights[stage.projections[0]].shape[1]
 
     def _calls(self) -> list[Call]:
-        torch = require_torch()
         model, plan = self.model, self.model.plan
         emb = model.weights[plan.embedding]
         calls = [
@@ -231,7 +231,7 @@ class DecodeStep:
             if i in self.side:  # right after its producer: run() forks it from there
                 side_w, out = self.side[i]
                 normed = self.normed[width]
-                calls.append(Call("side", stage, _bind(torch.matmul, normed, side_w.t(), out=out)))
+                calls.append(Call("side", stage, _side_matmul(normed, side_w, out)))
             for w, out in self.matmuls[i]:
                 calls.append(Call("projection", stage, _bind(w.matmul_q8, q, out, self.workspace)))
             if self.collective is not None and stage.producer != "norm":
@@ -350,6 +350,20 @@ def concat_rows(mats: list[PQ2Weights]) -> PQ2Weights:
         scales.append(w.data[split:])
     first = mats[0]
     return PQ2Weights(torch.cat(codes + scales), sum(w.n for w in mats), first.k, "tiles", first.rt)
+
+
+def _side_matmul(x: Any, w: Any, out: Any) -> Callable[[], Any]:
+    """out = x . w^T: pyq2.runtime.dense_kernels for a step of up to its STEP_ROWS rows where
+    triton imports (unless PYQ2_DENSE_KERNELS=0), else torch.matmul."""
+    torch = require_torch()
+    if x.device.type == "cuda" and os.environ.get("PYQ2_DENSE_KERNELS", "1") != "0":
+        try:
+            from . import dense_kernels
+        except ImportError:
+            dense_kernels = None  # type: ignore[assignment]
+        if dense_kernels is not None and x.shape[0] <= dense_kernels.STEP_ROWS:
+            return _bind(dense_kernels.dense_rows, x, w, out)
+    return _bind(torch.matmul, x, w.t(), out=out)
 
 
 def _ffn_inputs(stage: Stage) -> tuple[str, str]:

@@ -68,7 +68,9 @@ def gdn_pair(d, batch, seed):
 @pytest.mark.parametrize("d", GDN_SHAPES)
 @pytest.mark.parametrize("batch", [1, 3])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_gdn_decode_matches_the_torch_form(d, batch, dtype):
+@pytest.mark.parametrize("early", [True, False])  # the state loaded first, or where it is used
+def test_gdn_decode_matches_the_torch_form(d, batch, dtype, early, monkeypatch):
+    monkeypatch.setattr(mixer_kernels, "EARLY_STATE", 1 << 20 if early else 0)
     fast, slow, g, channels = gdn_pair(d, batch + 1, seed=batch)  # one row more than used
     positions = torch.tensor([0, 2, 57, 1000][:batch], device=DEV)
     tol = FP32_TOL if dtype == torch.float32 else 1e-2
@@ -116,10 +118,10 @@ def attention_pair(d, batch, context, cache, seed):
 @pytest.mark.parametrize("d", ATTN_SHAPES)
 @pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16])
 def test_attention_decode_matches_the_torch_form(d, cache):
-    batch, context = 5, 300
+    ch = mixer_kernels.CHUNK
+    batch, context = 5, 4 * ch + 40
     fast, slow, g = attention_pair(d, batch, context, cache, seed=d.head_dim)
     assert fast.kernels is not None and slow.kernels is None
-    ch = mixer_kernels.CHUNK
     # positions at 0, on both sides of chunk boundaries and at the end of the span
     positions = torch.tensor([0, ch - 1, ch, 2 * ch + 1, 4 * ch + 3], device=DEV)
     tol = FP32_TOL if cache == torch.float32 else BF16_TOL
@@ -147,6 +149,55 @@ def test_attention_decode_matches_the_torch_form(d, cache):
         # nothing else in the caches moved
         assert rel(fast.k, slow.k) < (FP32_TOL if cache == torch.float32 else 1e-2)
         assert torch.equal(fast.v, slow.v)
+
+
+def test_decode_kernels_in_a_graph_give_the_bits_of_launches_without_pdl(monkeypatch):
+    """Replayed from a CUDA graph with programmatic dependent launch (where the device has it),
+    the decode kernels of an attention and a Gated-DeltaNet layer in a row give the outputs,
+    states and caches of plain eager launches, bit for bit, over several steps."""
+    d = dims()
+    batch, context = 3, 2 * mixer_kernels.CHUNK + 9
+    attn = [attention_pair(d, batch, context, torch.bfloat16, seed=5)[0] for _ in range(2)]
+    gdn = [gdn_pair(d, batch, seed=6)[0] for _ in range(2)]
+    g = torch.Generator(device="cpu").manual_seed(7)
+    channels = 2 * d.k_heads * d.k_dim + d.v_heads * d.v_dim
+    positions = torch.tensor([0, 5, mixer_kernels.CHUNK], device=DEV)
+    q_gate = torch.empty(batch, d.n_head * 2 * d.head_dim, device=DEV)
+    k, v = (torch.empty(batch, d.n_head_kv * d.head_dim, device=DEV) for _ in range(2))
+    qkv, z = torch.empty(batch, channels, device=DEV), torch.empty(batch, d.v_heads * d.v_dim,
+                                                                   device=DEV)  # fmt: skip
+    alpha, beta = (torch.empty(batch, d.v_heads, device=DEV) for _ in range(2))
+    outs = [
+        (torch.empty(batch, d.n_head * d.head_dim, device=DEV),
+         torch.empty(batch, d.v_heads * d.v_dim, device=DEV))
+        for _ in range(2)
+    ]  # fmt: skip
+
+    def layer_pair(i):
+        attn[i].decode(q_gate, k, v, positions, context, outs[i][0])
+        gdn[i].decode(qkv, z, alpha, beta, positions, outs[i][1])
+
+    layer_pair(0)  # compile and warm before the capture; then both start from the same state
+    attn[0].k.copy_(attn[1].k), attn[0].v.copy_(attn[1].v)
+    gdn[0].state.copy_(gdn[1].state), gdn[0].conv.copy_(gdn[1].conv)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        layer_pair(0)
+    monkeypatch.setattr(mixer_kernels, "pdl", lambda device_index: False)
+    for step in range(3):
+        for t in (q_gate, k, v, qkv, z, alpha, beta):
+            t.copy_(torch.randn(t.shape, generator=g))
+        for o in outs[0] + outs[1]:
+            o.fill_(float("nan"))
+        graph.replay()
+        layer_pair(1)
+        torch.cuda.synchronize()
+        for a, b in zip(outs[0], outs[1], strict=True):
+            assert torch.isfinite(a).all() and torch.equal(a, b), step
+        assert torch.equal(attn[0].k, attn[1].k) and torch.equal(attn[0].v, attn[1].v), step
+        assert torch.equal(gdn[0].state, gdn[1].state), step
+        assert torch.equal(gdn[0].conv, gdn[1].conv), step
+        positions += 1
 
 
 def test_attention_decode_rejects_a_head_width_it_cannot_tile():
