@@ -5,6 +5,8 @@ pyq2.gguf.float_weights) gives on the folded file. This checks the unfolding (th
 grouped-to-tiled columns of ssm_out) and pyq2's reading of the file's conventions on the CPU; the
 GPU runner is checked against both in tests/runtime/test_runner_gpu.py."""
 
+import importlib.util
+
 import numpy as np
 import pytest
 
@@ -36,6 +38,11 @@ def test_transformers_on_the_twin_gives_the_references_logits(tmp_path):
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     pytest.importorskip("accelerate")  # transformers' GGUF loading requires it
+    if importlib.util.find_spec("fla") is not None:
+        pytest.skip(
+            "fla is installed: transformers then runs its Triton kernels, which take CUDA tensors "
+            "only (tests/runtime/test_runner_gpu.py compares transformers on the GPU)"
+        )
     folded = write_demo_model(tmp_path / "demo.gguf", n_layers=4)
     twin = write_float_twin(folded, tmp_path / "twin.gguf")
     with gguf_io.open_gguf(folded) as gf:
