@@ -61,7 +61,7 @@ def measure_whole(
     tokens = gm.sample(logits, params, [list(p) for p in prompts])
     ttft = time.perf_counter() - t0
     gm.decode_sample(tokens, params)()
-    gm.warm(decode)  # every graph the timed steps replay
+    gm.warm(decode, params)  # every graph the timed steps replay
     torch.cuda.synchronize()
     # as generate runs them: each step chained on the last one's choice, its tokens read while
     # the next step runs

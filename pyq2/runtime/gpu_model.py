@@ -7,10 +7,12 @@ layer's attention or recurrence for that sequence; the caches of every sequence 
 preallocated for the context. A decode step runs one token of every sequence as one DecodeStep
 of B rows, replayed from a CUDA graph per (B, attention span) once warm: the span is the cache
 positions attention reads, rounded up to a multiple of SPAN_STEP so that a graph serves many
-steps. Sampling runs on the device (pyq2.text.sampling.sample_torch); only the chosen ids come
-back to the host. decode_sample() chains the steps on the device: a step's chosen ids are the
-next step's input where they are, and reach the host through pinned memory while the next step
-runs, so the host's work on a token (stop checks, detokenisation) overlaps the GPU's next step.
+steps; the graph also moves the positions on and, for greedy decoding without a repetition
+penalty, takes the argmax and writes it as the next step's input. Other sampling runs on the
+device after the replay (pyq2.text.sampling.sample_torch); only the chosen ids come back to the
+host. decode_sample() chains the steps on the device: a step's chosen ids are the next step's
+input where they are, and reach the host through pinned memory while the next step runs, so the
+host's work on a token (stop checks, detokenisation) overlaps the GPU's next step.
 """
 
 from __future__ import annotations
@@ -107,7 +109,8 @@ class GpuModel:
         self.lengths: list[int] = []
         self._steps: dict[tuple[int, bool], DecodeStep] = {}  # (rows, last row only)
         self._mode: tuple[Any, ...] = ("decode", 0)
-        self._graphs: dict[tuple[int, int], Any] = {}
+        self._graphs: dict[tuple[int, int, bool], Any] = {}  # (rows, span, greedy)
+        self._chosen = torch.zeros(batch, dtype=torch.int64, device=self.device)
         self.use_graphs = graphs
         self._generator: Any = None
         self._mask: Any = None
@@ -203,7 +206,8 @@ class GpuModel:
         torch = require_torch()
         step = self._step(len(tokens))
         step.ids.copy_(torch.tensor(tokens, dtype=torch.int32))
-        return self._decode(step)
+        self._decode(step, greedy=False)
+        return step.logits.float()
 
     def decode_sample(
         self, tokens: list[int] | None, params: SamplingParams
@@ -220,8 +224,13 @@ class GpuModel:
             if len(tokens) != b:
                 raise ValueError(f"{len(tokens)} tokens for {b} sequences")
             step.ids.copy_(torch.tensor(tokens, dtype=torch.int32))
-        ids = self._choose(self._decode(step), params, None)
-        step.ids.copy_(ids)  # the next step's input
+        greedy = _greedy(params)
+        self._decode(step, greedy)
+        if greedy:  # chosen, and written as the next step's input, by the step itself
+            ids = self._chosen[:b]
+        else:
+            ids = self._choose(step.logits, params, None)
+            step.ids.copy_(ids)  # the next step's input
         if not self._host_ids:
             self._host_ids = [
                 torch.empty(self.batch, dtype=torch.int64, pin_memory=True) for _ in range(2)
@@ -238,26 +247,37 @@ class GpuModel:
 
         return chosen
 
-    def warm(self, steps: int) -> None:
+    def warm(self, steps: int, params: SamplingParams | None = None) -> None:
         """Capture now the decode graphs the next `steps` steps of the current sequences will
-        replay (a benchmark's timed steps then capture none)."""
+        replay, for decode_sample with `params` (None: for decode), so that a benchmark's timed
+        steps capture none."""
         b, n = len(self.lengths), max(self.lengths)
+        greedy = params is not None and _greedy(params)
         for span in sorted({_span(n + i, self.context) for i in range(steps)}):
-            self._graph(b, span)
+            self._graph(b, span, greedy)
 
-    def _decode(self, step: DecodeStep) -> Any:
-        """The step's ids through the model at the sequences' positions: the logits (B, V)
-        float32."""
-        b = step.m
+    def _decode(self, step: DecodeStep, greedy: bool) -> None:
+        """The step's ids through the model at the sequences' positions (its logits in
+        step.logits), the positions moved on, and with `greedy` the argmax chosen into
+        self._chosen and step.ids."""
         span = _span(max(self.lengths), self.context)
         if self.use_graphs:
-            self._graph(b, span).replay()
+            self._graph(step.m, span, greedy).replay()
         else:
             self._run(step, ("decode", span))
-        self.positions[:b] += 1
-        self.positions.clamp_(max=self.context - 1)  # a finished sequence may run on in the batch
+            self._advance(step, greedy)
         self.lengths = [n + 1 for n in self.lengths]
-        return step.logits.float()
+
+    def _advance(self, step: DecodeStep, greedy: bool) -> None:
+        """After a decode step (in its graph): greedy's choice as the next input, the
+        positions moved on (a finished sequence may run on in the batch: clamped)."""
+        torch = require_torch()
+        b = step.m
+        if greedy:  # torch.argmax: the first of equal maxima, as sample_torch
+            torch.argmax(step.logits, dim=1, out=self._chosen[:b])
+            step.ids.copy_(self._chosen[:b])
+        self.positions[:b] += 1
+        self.positions.clamp_(max=self.context - 1)
 
     def _reset(self) -> None:
         for a in self.attn.values():
@@ -266,12 +286,13 @@ class GpuModel:
             g.reset()
         self._generator, self._mask = None, None
 
-    def _graph(self, b: int, span: int) -> Any:
-        """The CUDA graph of a decode step of b sequences reading `span` cache positions; the
-        first one of a shape runs eagerly once (Triton autotuning, lazy allocations) on copies
-        of the states, which are put back before the capture."""
+    def _graph(self, b: int, span: int, greedy: bool) -> Any:
+        """The CUDA graph of a decode step of b sequences reading `span` cache positions, with
+        _advance(greedy) after it; the first one of a shape runs the step eagerly once (Triton
+        autotuning, lazy allocations) on copies of the states, which are put back before the
+        capture."""
         torch = require_torch()
-        key = (b, span)
+        key = (b, span, greedy)
         if key in self._graphs:
             return self._graphs[key]
         step = self._step(b)
@@ -290,6 +311,7 @@ class GpuModel:
         with torch.cuda.stream(stream):
             with torch.cuda.graph(graph, stream=stream):
                 self._run(step, ("decode", span))
+                self._advance(step, greedy)
         torch.cuda.current_stream().wait_stream(stream)
         self._graphs[key] = graph
         return graph
@@ -301,7 +323,7 @@ class GpuModel:
         if which not in ("weights", "attention", "recurrence"):
             raise ValueError(f"part {which!r} is not weights, attention or recurrence")
         step = self._step(b)
-        span = max((s for bb, s in self._graphs if bb == b), default=SPAN_STEP)
+        span = max((s for bb, s, _ in self._graphs if bb == b), default=SPAN_STEP)
         layers = list(self.attn if which == "attention" else self.gdn)
 
         def run() -> None:
@@ -343,6 +365,12 @@ class GpuModel:
         if mask is not None:
             mask[torch.arange(ids.shape[0], device=self.device), ids] = True
         return ids
+
+
+def _greedy(params: SamplingParams) -> bool:
+    """Whether a decode graph chooses the tokens itself: greedy without a repetition penalty
+    (which needs the mask of seen tokens)."""
+    return params.greedy and params.repetition_penalty == 1.0
 
 
 def _span(length: int, context: int) -> int:

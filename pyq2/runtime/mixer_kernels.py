@@ -45,7 +45,7 @@ from ..lib.optional import require_torch
 
 CHUNK = 128  # cache positions per attention program
 GDN_BV = 32  # state columns per Gated-DeltaNet program
-GDN_WARPS = 4
+GDN_WARPS = 2
 EARLY_STATE = 2  # gdn_decode loads the state first up to this many programs per multiprocessor
 ATTENTION_WARPS = 8
 MERGE = 16  # chunks merged per iteration of the second attention kernel

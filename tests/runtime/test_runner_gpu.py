@@ -142,13 +142,22 @@ class InTurn:
         return self.gpu.sample(logits, params, history)
 
 
-def test_steps_chained_on_the_device_give_what_steps_in_turn_give(model_file):
+SAMPLERS = {
+    "seeded": SamplingParams(temperature=1.2, top_k=40, top_p=0.9, repetition_penalty=1.3, seed=5),
+    "greedy": SamplingParams(),  # chosen inside the decode graph
+    "greedy-penalty": SamplingParams(repetition_penalty=1.3),  # after it, with the mask
+}
+
+
+@pytest.mark.parametrize("sampler", sorted(SAMPLERS))
+def test_steps_chained_on_the_device_give_what_steps_in_turn_give(model_file, sampler):
     """decode_sample (the next step's ids from the last step's choice, on the device, read one
-    step late through pinned memory) gives the tokens of the steps in turn, with a seeded
-    sampler and the repetition penalty's mask kept on the device."""
+    step late through pinned memory) gives the tokens of the steps in turn: with a seeded
+    sampler and the repetition penalty's mask kept on the device, and greedy, whose argmax the
+    decode graph takes itself."""
     _, gpu, tok, _ = open_both(model_file)
     prompts = [tokens(n, seed=n) for n in (7, 12)]
-    params = SamplingParams(temperature=1.2, top_k=40, top_p=0.9, repetition_penalty=1.3, seed=5)
+    params = SAMPLERS[sampler]
     opts = Options(max_tokens=12, sampling=params, ignore_eos=True)
     chained = [s.tokens for s in generate(gpu, tok, prompts, opts)]
     in_turn = [s.tokens for s in generate(InTurn(gpu), tok, prompts, opts)]
