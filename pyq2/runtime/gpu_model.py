@@ -224,7 +224,7 @@ class GpuModel:
             if len(tokens) != b:
                 raise ValueError(f"{len(tokens)} tokens for {b} sequences")
             step.ids.copy_(torch.tensor(tokens, dtype=torch.int32))
-        greedy = _greedy(params)
+        greedy = params.argmax
         self._decode(step, greedy)
         if greedy:  # chosen, and written as the next step's input, by the step itself
             ids = self._chosen[:b]
@@ -252,7 +252,7 @@ class GpuModel:
         replay, for decode_sample with `params` (None: for decode), so that a benchmark's timed
         steps capture none."""
         b, n = len(self.lengths), max(self.lengths)
-        greedy = params is not None and _greedy(params)
+        greedy = params is not None and params.argmax
         for span in sorted({_span(n + i, self.context) for i in range(steps)}):
             self._graph(b, span, greedy)
 
@@ -365,12 +365,6 @@ class GpuModel:
         if mask is not None:
             mask[torch.arange(ids.shape[0], device=self.device), ids] = True
         return ids
-
-
-def _greedy(params: SamplingParams) -> bool:
-    """Whether a decode graph chooses the tokens itself: greedy without a repetition penalty
-    (which needs the mask of seen tokens)."""
-    return params.greedy and params.repetition_penalty == 1.0
 
 
 def _span(length: int, context: int) -> int:

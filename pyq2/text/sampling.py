@@ -65,6 +65,12 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature == 0
 
+    @property
+    def argmax(self) -> bool:
+        """Whether the choice is the logits' argmax alone: greedy without a repetition penalty
+        (which needs the tokens seen)."""
+        return self.greedy and self.repetition_penalty == 1.0
+
     def numpy_rng(self) -> np.random.Generator:
         """The generator to pass to sample_numpy for every step of one generation."""
         return np.random.default_rng(self.seed)
