@@ -315,6 +315,19 @@ PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, int64_t m, i
                                       const pq2_rotation *rot, int32_t v_heads, int32_t k_heads,
                                       const pq2_q8 *out, void *stream);
 
+/* The gated RMSNorm of a Gated-DeltaNet layer's output, then as pq2_rotate_q8_cuda: per row and
+ * V head j of hd = width / v_heads elements (a power of two, 4..128), y = o_j / sqrt(mean(o_j^2)
+ * + eps) * norm_weight * silu(z_j); o f32 rows of width elements, z rows of ld_z elements of
+ * z_dtype (e.g. a column range of a fused output), norm_weight [hd] of norm_dtype; then y
+ * permuted from the tiled to the grouped V-head order when k_heads > 0 (k_heads 0: none),
+ * rotated and quantised into *out. */
+PQ2_API pq2_status pq2_gated_norm_rotate_q8_cuda(const void *o, const void *z, int64_t ld_z,
+                                                 int32_t z_dtype, const void *norm_weight,
+                                                 int32_t norm_dtype, float eps, int64_t m,
+                                                 int64_t width, const pq2_rotation *rot,
+                                                 int32_t v_heads, int32_t k_heads,
+                                                 const pq2_q8 *out, void *stream);
+
 /* out[i][k] = row ids[i] of W (any layout, device memory, 16-byte aligned) dequantised, then,
  * when rot is not NULL, its inverse rotation s * (H_B z) (the token embedding of a folded file).
  * out f32, f16 or bf16, 16-byte aligned. An id outside 0..N-1 gives a row of NaN. */

@@ -101,6 +101,18 @@ PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, int64_t m, i
     return no_cuda("pq2_rotate_q8_cuda");
 }
 
+PQ2_API pq2_status pq2_gated_norm_rotate_q8_cuda(const void *o, const void *z, int64_t ld_z,
+                                                 int32_t z_dtype, const void *norm_weight,
+                                                 int32_t norm_dtype, float eps, int64_t m,
+                                                 int64_t width, const pq2_rotation *rot,
+                                                 int32_t v_heads, int32_t k_heads,
+                                                 const pq2_q8 *out, void *stream)
+{
+    (void)o, (void)z, (void)ld_z, (void)z_dtype, (void)norm_weight, (void)norm_dtype, (void)eps;
+    (void)m, (void)width, (void)rot, (void)v_heads, (void)k_heads, (void)out, (void)stream;
+    return no_cuda("pq2_gated_norm_rotate_q8_cuda");
+}
+
 PQ2_API pq2_status pq2_get_rows_cuda(const pq2_weights *w, const int32_t *ids, int64_t n_ids,
                                      void *out, int32_t out_dtype, const pq2_rotation *rot,
                                      void *stream)

@@ -469,3 +469,45 @@ def rotate_q8(
         )
     )
     return out
+
+
+def gated_norm_rotate_q8(
+    o,
+    z,
+    norm_weight,
+    eps: float,
+    rotation: DeviceRotation | None,
+    v_heads: int,
+    k_heads: int = 0,
+    out: Q8Operand | None = None,
+    stream=None,
+) -> Q8Operand:
+    """Q8 of rotate(y), y = RMSNorm(o) * norm_weight * silu(z) per V head of width / v_heads
+    elements, permuted to the grouped V-head order when k_heads > 0; o [m, width] float32
+    contiguous, z [m, width] with unit column stride (pq2_gated_norm_rotate_q8_cuda)."""
+    ffi, lib = _native.load()
+    m, width = o.shape
+    if not o.is_contiguous() or o.dtype.itemsize != 4 or not o.dtype.is_floating_point:
+        raise ValueError("o must be contiguous float32")
+    if tuple(z.shape) != (m, width) or z.stride(1) != 1:
+        raise ValueError(f"z {tuple(z.shape)} must be [{m}, {width}] with unit column stride")
+    out = Q8Operand.empty(m, width, o.device) if out is None else out
+    _native.check(
+        lib.pq2_gated_norm_rotate_q8_cuda(
+            _ptr(o),
+            _ptr(z),
+            z.stride(0),
+            _dtype_code(z),
+            _ptr(norm_weight),
+            _dtype_code(norm_weight),
+            eps,
+            m,
+            width,
+            _rot(rotation),
+            v_heads,
+            k_heads,
+            out.struct(),
+            _stream_ptr(stream),
+        )
+    )
+    return out

@@ -10,9 +10,12 @@ positions attention reads, rounded up to a multiple of SPAN_STEP so that a graph
 steps; the graph also moves the positions on and, for greedy decoding without a repetition
 penalty, takes the argmax and writes it as the next step's input. Other sampling runs on the
 device after the replay (pyq2.text.sampling.sample_torch); only the chosen ids come back to the
-host. decode_sample() chains the steps on the device: a step's chosen ids are the next step's
-input where they are, and reach the host through pinned memory while the next step runs, so the
-host's work on a token (stop checks, detokenisation) overlaps the GPU's next step.
+host. Decode steps of up to the recurrence kernel's SIDE_ROWS rows leave the side projections
+to it (DecodeStep's mixer_side), and those of GATED_NORM_ROWS rows leave the gated norm to the
+ssm_out producer (gated_norm). decode_sample() chains the steps on the device: a step's chosen
+ids are the next step's input where they are, and reach the host through pinned memory while
+the next step runs, so the host's work on a token (stop checks, detokenisation) overlaps the
+GPU's next step.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ from ..spec import qwen35
 from ..spec.qwen35_layers import imrope_axes
 from ..text.sampling import SamplingParams, make_history_mask, sample_torch
 from .load import Model, load
-from .mixers import Attention, Dims, GatedDeltaNet, Rope, mixer_kernels
+from .mixers import Attention, Dims, GatedDeltaNet, Rope, SideRows, mixer_kernels
 from .step import DecodeStep
 
 SPAN_STEP = 256  # the attention span of a decode graph grows in steps of this many positions
 DEFAULT_CHUNK = 2048  # prompt tokens per DecodeStep
 SHARED_ABOVE = 16  # steps of more rows than this share their stages' output buffers
+GATED_NORM_ROWS = 1  # steps of so many rows apply the gated norm in the ssm_out producer
 
 
 def mixer_dims(c: qwen35.Config) -> Dims:
@@ -117,6 +121,9 @@ class GpuModel:
         self._host_ids: list[Any] = []  # decode_sample's two pinned buffers, in turn
         self._turn = 0
         self._no_mixers = False  # part("weights"): the step without its mixers
+        # decode steps of up to so many rows leave the side projections to the recurrence kernel
+        gdn_kernels = mixer_kernels(self.device, config.d_v) if kernels else None
+        self.side_rows = gdn_kernels.SIDE_ROWS if gdn_kernels is not None else 0
 
     # ---- the weight path, with the mixers between its projections ---------------------------
 
@@ -133,6 +140,8 @@ class GpuModel:
             self._steps[key] = DecodeStep(
                 self.model, m, dtype=self.dtype, mixer=self._mixer, shared=m > SHARED_ABOVE,
                 last_rows=1 if last_row else None,
+                mixer_side=not last_row and m <= self.side_rows,
+                gated_norm=not last_row and m <= GATED_NORM_ROWS,
             )  # fmt: skip
         return self._steps[key]
 
@@ -152,10 +161,19 @@ class GpuModel:
         g = self.gdn[layer]
         qkv, z = out[b + "attn_qkv.weight"], out[b + "attn_gate.weight"]
         alpha, beta = out[b + "ssm_alpha.weight"], out[b + "ssm_beta.weight"]
+        side = None
+        if layer in step.side_inputs:  # the step left the side projections to the mixer
+            normed, weight, first = step.side_inputs[layer]
+            side = SideRows(normed, weight, first[b + "ssm_alpha.weight"],
+                            first[b + "ssm_beta.weight"])  # fmt: skip
+        gate = not step.gated_norm  # else the step's producer applies the gated norm
         if mode[0] == "prefill":
-            g.prefill(qkv, z, alpha, beta, mode[1], mode[2], step.mixer_out[layer])
+            if side is not None:
+                alpha, beta = side.project(step.m, self.config.v_heads)
+            g.prefill(qkv, z, alpha, beta, mode[1], mode[2], step.mixer_out[layer], gate)
         else:
-            g.decode(qkv, z, alpha, beta, self.positions[: step.m], step.mixer_out[layer])
+            g.decode(qkv, z, alpha, beta, self.positions[: step.m], step.mixer_out[layer], side,
+                     gate)  # fmt: skip
 
     def _run(self, step: DecodeStep, mode: tuple[Any, ...]) -> None:
         self._current, self._mode = step, mode
@@ -318,8 +336,9 @@ class GpuModel:
 
     def part(self, b: int, which: str) -> Callable[[], None]:
         """One part of a decode step of b sequences, at the attention span of its latest graph,
-        to time alone: "weights" (embedding, producers, projections, side projections),
-        "attention" or "recurrence" (every such layer's mixer)."""
+        to time alone: "weights" (embedding, producers, projections, and the side projections
+        where the step runs them: steps of more than side_rows rows), "attention" or
+        "recurrence" (every such layer's mixer)."""
         if which not in ("weights", "attention", "recurrence"):
             raise ValueError(f"part {which!r} is not weights, attention or recurrence")
         step = self._step(b)

@@ -10,8 +10,11 @@ over its state, written back where it was read:
   convolution of h's q and k channels and of its value columns from the rolling window, SiLU,
   the L2 norms, the decay and beta, and the gated delta rule on its columns of the (d_k, d_v)
   float32 state of (b, h), in registers; a second kernel applies the gated RMSNorm with silu(z)
-  per head (it needs every column of the head). The window is a ring of conv_kernel slots
-  indexed by position (mixers.GatedDeltaNet): the token at position p reads the slots of
+  per head (it needs every column of the head), unless the caller does (DecodeStep's gated_norm
+  producer). For steps of up to SIDE_ROWS sequences the program also computes the head's alpha
+  and beta from the un-rotated normed row and the side weights (SideRows), which it loads before
+  its wait: no side projection kernel and no second stream. The window is a ring of conv_kernel
+  slots indexed by position (mixers.GatedDeltaNet): the token at position p reads the slots of
   p - K + 1 .. p - 1 and writes slot p % K, which no program of the same step reads, so the
   programs that share a K head's channels need no ordering.
 - attention_decode: program (chunk c, KV head, sequence b) normalises and rotates the group's
@@ -46,7 +49,8 @@ from ..lib.optional import require_torch
 CHUNK = 128  # cache positions per attention program
 GDN_BV = 32  # state columns per Gated-DeltaNet program
 GDN_WARPS = 2
-EARLY_STATE = 2  # gdn_decode loads the state first up to this many programs per multiprocessor
+EARLY_STATE = 3  # gdn_decode loads the state first up to this many programs per multiprocessor
+SIDE_ROWS = 8  # gdn_decode computes the side projections itself for steps of so many sequences
 ATTENTION_WARPS = 8
 MERGE = 16  # chunks merged per iteration of the second attention kernel
 
@@ -102,10 +106,11 @@ def _conv_silu(qkv_row, ring_row, conv_w, ch, mask, pos, C: tl.constexpr, K: tl.
 @triton.jit
 def _gdn_decode(
     qkv, alpha, beta, ring, state, o_out, positions, conv_w, a_ptr, dt_bias,
-    s_qkv, s_alpha, s_beta, scale,
+    normed, side_w, s_qkv, s_alpha, s_beta, s_normed, s_side, alpha_row, beta_row, scale,
     C: tl.constexpr, K: tl.constexpr, HK: tl.constexpr, HV: tl.constexpr,
     DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, PDL: tl.constexpr,
-    EARLY: tl.constexpr,
+    EARLY: tl.constexpr, SIDE: tl.constexpr, W: tl.constexpr, W1: tl.constexpr,
+    W2: tl.constexpr,
 ):  # fmt: skip
     NV: tl.constexpr = DV // BV
     h = tl.program_id(0) // NV
@@ -116,6 +121,16 @@ def _gdn_decode(
     dv = vb * BV + tl.arange(0, BV)
     mk = dk < DK
     tile = ((b * HV + h) * DK + dk[:, None]) * DV + dv[None, :]
+    if SIDE:  # the side rows of head h are weights: loaded before the wait
+        c1 = tl.arange(0, W1)
+        c2 = W1 + tl.arange(0, W2)
+        m2 = c2 < W
+        wa = side_w + (alpha_row + h) * s_side
+        wb = side_w + (beta_row + h) * s_side
+        wa1 = tl.load(wa + c1, eviction_policy="evict_first")
+        wa2 = tl.load(wa + c2, mask=m2, other=0.0, eviction_policy="evict_first")
+        wb1 = tl.load(wb + c1, eviction_policy="evict_first")
+        wb2 = tl.load(wb + c2, mask=m2, other=0.0, eviction_policy="evict_first")
     if EARLY:  # the state first (only this kernel writes it, in an earlier step): its latency
         # overlaps the wait for the kernel before; a large grid keeps the registers instead
         s = tl.load(state + tile, mask=mk[:, None], other=0.0)
@@ -126,6 +141,15 @@ def _gdn_decode(
     cq = kh * DK + dk
     ck = HK * DK + kh * DK + dk
     cv = 2 * HK * DK + h * DV + dv
+    if SIDE:  # alpha and beta of (b, h): the un-rotated normed row times the side rows
+        xr = normed + b * s_normed
+        x1 = tl.load(xr + c1).to(tl.float32)
+        x2 = tl.load(xr + c2, mask=m2, other=0.0).to(tl.float32)
+        x_a = tl.sum(x1 * wa1.to(tl.float32), 0) + tl.sum(x2 * wa2.to(tl.float32), 0)
+        x_b = tl.sum(x1 * wb1.to(tl.float32), 0) + tl.sum(x2 * wb2.to(tl.float32), 0)
+    else:
+        x_a = tl.load(alpha + b * s_alpha + h).to(tl.float32)
+        x_b = tl.load(beta + b * s_beta + h).to(tl.float32)
     xq, q = _conv_silu(row, ring_row, conv_w, cq, mk, pos, C, K)
     xk, k = _conv_silu(row, ring_row, conv_w, ck, mk, pos, C, K)
     xv, v = _conv_silu(row, ring_row, conv_w, cv, dv < DV, pos, C, K)
@@ -136,9 +160,8 @@ def _gdn_decode(
     tl.store(slot + ck, xk, mask=mk & first)
     q = q * tl.rsqrt(tl.sum(q * q, 0) + 1e-6) * scale
     k = k * tl.rsqrt(tl.sum(k * k, 0) + 1e-6)
-    x_a = tl.load(alpha + b * s_alpha + h).to(tl.float32) + tl.load(dt_bias + h)
-    decay = tl.exp(tl.load(a_ptr + h) * _softplus(x_a))
-    bt = tl.sigmoid(tl.load(beta + b * s_beta + h).to(tl.float32))
+    decay = tl.exp(tl.load(a_ptr + h) * _softplus(x_a + tl.load(dt_bias + h)))
+    bt = tl.sigmoid(x_b)
     if not EARLY:
         s = tl.load(state + tile, mask=mk[:, None], other=0.0)
     s = s * decay
@@ -262,31 +285,65 @@ def _attention_merge(
 
 def gdn_decode(qkv: Any, z: Any, alpha: Any, beta: Any, ring: Any, state: Any, o: Any,
                out: Any, positions: Any, conv_w: Any, a: Any, dt_bias: Any, norm: Any,
-               dims: Any, scale: float) -> None:  # fmt: skip
+               dims: Any, scale: float, side: Any = None, gate: bool = True) -> None:  # fmt: skip
     """One token of each of B = qkv.shape[0] sequences through a Gated-DeltaNet layer: ring
     (B', K, C) and state (B', HV, DK, DV) float32 updated in place for rows < B, o (B', HV, DV)
-    float32 scratch, out (B, HV*DV) the gated output. dims: mixers.Dims."""
+    float32 scratch, out (B, HV*DV) the gated output. dims: mixers.Dims.
+
+    With `side` (mixers.SideRows, side_fits) the kernel computes alpha and beta itself from the
+    un-rotated normed rows and the side weights (alpha and beta are then not read). Without
+    `gate`, out (contiguous float32) gets the output before the gated norm (o is not used): the
+    caller applies the norm (DecodeStep with gated_norm)."""
     b, d = qkv.shape[0], dims
-    _check(out, qkv, z, alpha, beta)
+    _check(out, qkv, z)
+    if side is None:
+        _check(alpha, beta)
+    elif not side_fits(side, b):
+        raise ValueError("side rows the kernel cannot read (side_fits)")
     if not (ring.is_contiguous() and state.is_contiguous() and o.is_contiguous()):
         raise ValueError("the conv ring, the recurrent state and o must be contiguous")
+    if not gate and not (out.is_contiguous() and out.dtype == require_torch().float32):
+        raise ValueError("the output before the gated norm must be contiguous float32")
     if not tileable(d.v_dim):
         raise ValueError(f"value head width {d.v_dim} is not a power of two of at least 16")
     bv = min(d.v_dim, GDN_BV)
     p = pdl(qkv.device.index)
     programs = d.v_heads * (d.v_dim // bv) * b
     early = programs <= EARLY_STATE * _sm_count(qkv.device.index)
+    width = side.normed.shape[1] if side is not None else 16
+    w1 = 1 << (width.bit_length() - 1)  # the largest power of two in the width, and the rest
+    w2 = max(16, triton.next_power_of_2(width - w1))
+    normed = side.normed if side is not None else qkv  # (unread without SIDE)
+    side_w = side.weight if side is not None else qkv
+    if side is not None:  # (alpha and beta unread)
+        alpha = beta = qkv
     _gdn_decode[(d.v_heads * (d.v_dim // bv), b)](
-        qkv, alpha, beta, ring, state, o, positions, conv_w, a, dt_bias,
-        qkv.stride(0), alpha.stride(0), beta.stride(0), scale,
+        qkv, alpha, beta, ring, state, o if gate else out, positions, conv_w, a, dt_bias,
+        normed, side_w, qkv.stride(0), alpha.stride(0), beta.stride(0), normed.stride(0),
+        side_w.stride(0), side.alpha_row if side is not None else 0,
+        side.beta_row if side is not None else 0, scale,
         C=ring.shape[2], K=d.conv_kernel, HK=d.k_heads, HV=d.v_heads, DK=d.k_dim, DV=d.v_dim,
-        BK=triton.next_power_of_2(d.k_dim), BV=bv, PDL=p, EARLY=early, num_warps=GDN_WARPS,
-        launch_pdl=p,
+        BK=triton.next_power_of_2(d.k_dim), BV=bv, PDL=p, EARLY=early, SIDE=side is not None,
+        W=width, W1=w1, W2=w2, num_warps=GDN_WARPS, launch_pdl=p,
     )  # fmt: skip
-    _gdn_norm[(d.v_heads, b)](
-        o, z, norm, out, z.stride(0), out.stride(0), d.eps, HV=d.v_heads, DV=d.v_dim, PDL=p,
-        num_warps=1, launch_pdl=p,
-    )  # fmt: skip
+    if gate:
+        _gdn_norm[(d.v_heads, b)](
+            o, z, norm, out, z.stride(0), out.stride(0), d.eps, HV=d.v_heads, DV=d.v_dim,
+            PDL=p, num_warps=1, launch_pdl=p,
+        )  # fmt: skip
+
+
+def side_fits(side: Any, rows: int) -> bool:
+    """Whether gdn_decode reads these side rows itself: a step of at most SIDE_ROWS sequences,
+    a normed width of at least 16, rows with unit stride."""
+    return (
+        rows <= SIDE_ROWS
+        and side.normed.shape[1] >= 16
+        and side.normed.shape[0] >= rows
+        and side.normed.stride(-1) == 1
+        and side.weight.stride(-1) == 1
+        and side.weight.shape[1] == side.normed.shape[1]
+    )
 
 
 @triton.jit

@@ -54,6 +54,27 @@ class Dims:
     v_dim: int  # value head width (ssm.inner_size / v_heads)
 
 
+@dataclass(frozen=True)
+class SideRows:
+    """Where a Gated-DeltaNet decode step finds its side projections' input instead of their
+    outputs: alpha[b, h] = normed[b] . weight[alpha_row + h], beta[b, h] = normed[b] .
+    weight[beta_row + h] (the un-rotated normed rows and the side weights of DecodeStep with
+    mixer_side)."""
+
+    normed: Any  # (B', W)
+    weight: Any  # (N, W)
+    alpha_row: int
+    beta_row: int
+
+    def project(self, rows: int, heads: int) -> tuple[Any, Any]:
+        """(alpha, beta) (rows, heads) float32, in torch."""
+        x = self.normed[:rows].float()
+        w = self.weight.float()
+        alpha = x @ w[self.alpha_row : self.alpha_row + heads].t()
+        beta = x @ w[self.beta_row : self.beta_row + heads].t()
+        return alpha, beta
+
+
 @functools.cache
 def fla_ops() -> tuple[Any, Any] | None:
     """(chunk_gated_delta_rule, fused_recurrent_gated_delta_rule) of flash-linear-attention, or
@@ -325,13 +346,13 @@ class GatedDeltaNet:
         return (positions[:, None] + back[None, :]) % kernel  # p - K + 1 + j = p + 1 + j mod K
 
     def prefill(self, qkv: Any, z: Any, alpha: Any, beta: Any, seq: int, start: int,
-                out: Any) -> None:  # fmt: skip
-        """Rows: tokens start.. of sequence `seq` (its states continue)."""
+                out: Any, gate: bool = True) -> None:  # fmt: skip
+        """Rows: tokens start.. of sequence `seq` (its states continue); `gate` as decode's."""
         torch = require_torch()
         t, kernel = qkv.shape[0], self.d.conv_kernel
         ring = self.conv[seq]
         if self.kernels is not None:
-            self._prefill_kernels(qkv, z, alpha, beta, seq, start, out)
+            self._prefill_kernels(qkv, z, alpha, beta, seq, start, out, gate)
             return
         before = self._slots(torch.tensor([start], device=qkv.device))[0]
         xp = torch.cat([ring[before], qkv.float()], dim=0)  # (K - 1 + T, C)
@@ -351,10 +372,10 @@ class GatedDeltaNet:
             o, final = _recurrent(q[None], k[None], v[None], g[None], b[None], state, self.scale)
             o = o[0]
         state.copy_(final)
-        out.copy_(_gdn_post(o, z, self.norm, d.eps, d.v_heads, d.v_dim))
+        out.copy_(_gdn_post(o, z, self.norm, d.eps, d.v_heads, d.v_dim) if gate else o.flatten(1))
 
     def _prefill_kernels(self, qkv: Any, z: Any, alpha: Any, beta: Any, seq: int, start: int,
-                         out: Any) -> None:  # fmt: skip
+                         out: Any, gate: bool) -> None:  # fmt: skip
         """prefill() with the convolution and the gated norm as Triton kernels."""
         torch = require_torch()
         d, t, kernel = self.d, qkv.shape[0], self.d.conv_kernel
@@ -376,16 +397,26 @@ class GatedDeltaNet:
         else:
             o, final = _recurrent(q[None], k[None], v[None], g[None], b[None], state, self.scale)
         state.copy_(final)
-        kernels.gdn_gated_norm(o[0].float().contiguous(), z, self.norm, out, d)
+        if gate:
+            kernels.gdn_gated_norm(o[0].float().contiguous(), z, self.norm, out, d)
+        else:
+            out.copy_(o[0].flatten(1))
 
-    def decode(self, qkv: Any, z: Any, alpha: Any, beta: Any, positions: Any, out: Any) -> None:
-        """Row b: sequence b's next token, at positions[b]."""
+    def decode(self, qkv: Any, z: Any, alpha: Any, beta: Any, positions: Any, out: Any,
+               side: SideRows | None = None, gate: bool = True) -> None:  # fmt: skip
+        """Row b: sequence b's next token, at positions[b]. With `side`, alpha and beta come from
+        it (they are not read). Without `gate`, out (float32) gets the output before the gated
+        norm (the caller's to apply: DecodeStep with gated_norm)."""
         torch = require_torch()
         d, b = self.d, qkv.shape[0]
-        if self.kernels is not None:
-            self.kernels.gdn_decode(
+        kernels = self.kernels
+        if side is not None and (kernels is None or not kernels.side_fits(side, b)):
+            alpha, beta = side.project(b, d.v_heads)
+            side = None
+        if kernels is not None:
+            kernels.gdn_decode(
                 qkv, z, alpha, beta, self.conv, self.state, self.o, out, positions, self.conv_w,
-                self.a, self.dt_bias, self.norm, d, self.scale,
+                self.a, self.dt_bias, self.norm, d, self.scale, side, gate,
             )  # fmt: skip
             return
         rows = torch.arange(b, device=qkv.device)
@@ -402,7 +433,10 @@ class GatedDeltaNet:
         else:
             o, final = _recurrent(q, k, v, g, beta_, state, self.scale)
         state.copy_(final)
-        out.copy_(GDN_POST(o[:, 0], z, self.norm, d.eps, d.v_heads, d.v_dim))
+        if gate:
+            out.copy_(GDN_POST(o[:, 0], z, self.norm, d.eps, d.v_heads, d.v_dim))
+        else:
+            out.copy_(o[:, 0].flatten(1))
 
 
 def _recurrent(q, k, v, g, beta, state, scale) -> tuple[Any, Any]:

@@ -39,6 +39,14 @@ adds it to the residual stream; after the head a "gather" call puts every rank's
 collective of one rank too (NCCL then adds nothing to the arithmetic).
 
 Everything the projections write stays in `outputs[name]` (a view into the fused output).
+With `gated_norm`, a Gated-DeltaNet layer's mixer_out is float32 and takes the recurrence's
+output before its gated RMSNorm: the mixer producer applies the norm with silu(z) (z: the
+layer's attn_gate output), then permutes, rotates and quantises.
+
+With `mixer_side`, the side projections are the host's: no call runs them, the norm producer
+still writes their input, and `side_inputs[layer]` says where the mixer finds it and their
+weights (a Gated-DeltaNet decode kernel computes them with the recurrence).
+
 `run()` makes the calls on the current stream, the side projections on a second one that forks
 from it after their producer and joins it again (so they overlap the projections, as a host's
 would); `record()` runs them eagerly in order and returns each stage's inputs and outputs (what a
@@ -52,7 +60,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ..lib.cuda import PQ2Weights, Q8Operand, norm_rotate_q8, rotate_q8, swiglu_rotate_q8
+from ..lib.cuda import (
+    PQ2Weights,
+    Q8Operand,
+    gated_norm_rotate_q8,
+    norm_rotate_q8,
+    rotate_q8,
+    swiglu_rotate_q8,
+)
 from ..lib.optional import require_torch
 from ..plan.decode import Stage
 from ..plan.tensor_parallel import head_rows
@@ -80,6 +95,8 @@ class DecodeStep:
         mixer: Callable[[int], Any] | None = None,
         shared: bool = False,
         last_rows: int | None = None,
+        mixer_side: bool = False,
+        gated_norm: bool = False,
     ):
         torch = require_torch()
         g, rank = model.tp or (1, 0)
@@ -108,12 +125,15 @@ class DecodeStep:
         buffers: dict[tuple[Any, ...], Any] = {}
         last = len(plan.stages) - 1
 
-        def output(role: tuple[Any, ...], cols: int, rows: int = m) -> Any:
+        def output(role: tuple[Any, ...], cols: int, rows: int = m, dtype: Any = None) -> Any:
             """A stage's output buffer: its own, or with `shared` the one every layer's stage of
             the same role writes (each is read before the next layer's writes it)."""
             if not shared:
-                return empty(rows, cols)
-            return buffers.setdefault((role, cols, rows), empty(rows, cols))
+                return empty(rows, cols, dtype=dtype)
+            key = (role, cols, rows)
+            if key not in buffers:
+                buffers[key] = empty(rows, cols, dtype=dtype)
+            return buffers[key]
 
         self.ids = torch.zeros(m, dtype=torch.int32, device=dev)
         self.h = [empty(m, self.hidden), empty(m, self.hidden)]
@@ -124,6 +144,9 @@ class DecodeStep:
         # per stage: [(matrix, output, names)] of the matmuls, and the side matmul
         self.matmuls: dict[int, list[tuple[PQ2Weights, Any]]] = {}
         self.side: dict[int, tuple[Any, Any]] = {}
+        # with mixer_side, per layer: (normed rows, side weights, first row of each weight)
+        self.side_inputs: dict[int, tuple[Any, Any, dict[str, int]]] = {}
+        self.mixer_side, self.gated_norm = mixer_side, gated_norm
         ws = 256
         for i, stage in enumerate(plan.stages):
             width = self._width(stage)
@@ -148,13 +171,17 @@ class DecodeStep:
                 side_w = torch.cat([model.dense[n] for n in stage.unrotated]).to(self.dtype)
                 out = output(("side", *(_role(n) for n in stage.unrotated)), side_w.shape[0])
                 self.side[i] = (side_w, out)
-                col = 0
+                col, first_rows = 0, {}
                 for n in stage.unrotated:
                     rows = model.dense[n].shape[0]
                     self.outputs[n] = out[:, col : col + rows]
+                    first_rows[n] = col
                     col += rows
+                if mixer_side:
+                    self.side_inputs[stage.layer] = (self.normed[width], side_w, first_rows)
             if stage.producer == "mixer":  # the host writes it before the stage's producer
-                x = output(("mixer",), width)
+                gated = gated_norm and stage.permute  # a Gated-DeltaNet layer's, before its norm
+                x = output(("mixer", gated), width, dtype=torch.float32 if gated else None)
                 self.mixer_out[stage.layer] = x.zero_()
         head = plan.stages[-1].projections[0]
         self.logits = self.outputs[head]  # every rank's rows, gathered (a shard's step)
@@ -221,14 +248,21 @@ class DecodeStep:
                     if stage.permute and model.gdn_v_grouped
                     else (0, 0)
                 )
-                inputs = {"x": self.mixer_out[stage.layer]}
-                fn = _bind(rotate_q8, self.mixer_out[stage.layer], rot, *heads, out=q)
+                x = self.mixer_out[stage.layer]
+                inputs = {"x": x}
+                fn = _bind(rotate_q8, x, rot, *heads, out=q)
+                if self.gated_norm and stage.permute:
+                    b = f"blk.{stage.layer}."
+                    z = self.outputs[b + "attn_gate.weight"]
+                    inputs = {"o": x, "z": z}
+                    fn = _bind(gated_norm_rotate_q8, x, z, model.dense[b + "ssm_norm.weight"],
+                               plan.eps, rot, plan.v_heads, heads[1], out=q)  # fmt: skip
             else:
                 gate, up = (self.outputs[p] for p in _ffn_inputs(stage))
                 inputs = {"gate": gate, "up": up}
                 fn = _bind(swiglu_rotate_q8, gate, up, rot, out=q)
             calls.append(Call("producer", stage, fn, inputs))
-            if i in self.side:  # right after its producer: run() forks it from there
+            if i in self.side and not self.mixer_side:  # run() forks it after its producer
                 side_w, out = self.side[i]
                 normed = self.normed[width]
                 calls.append(Call("side", stage, _side_matmul(normed, side_w, out)))
@@ -263,7 +297,7 @@ class DecodeStep:
         after its producer and joined before the next norm producer (the first that may rewrite
         the normed rows it reads) and at the end, so that they overlap the projections."""
         torch = require_torch()
-        if kinds is not None or not self.side:
+        if kinds is not None or not any(c.kind == "side" for c in self.calls):
             for c in self.calls:
                 if kinds is None or c.kind in kinds:
                     c.fn()

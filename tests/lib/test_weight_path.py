@@ -28,6 +28,7 @@ from pyq2.lib.cuda import (  # noqa: E402
     DeviceRotation,
     PQ2Weights,
     Q8Operand,
+    gated_norm_rotate_q8,
     norm_rotate_q8,
     quantize_q8,
     rotate,
@@ -207,6 +208,44 @@ def test_rotate_q8_with_the_gdn_permutation(m):
     plain = rotate_q8(x, None, out=poisoned(m, width))  # no permutation, no rotation
     q = quantize_q8(x)
     assert torch.equal(plain.q8, q.q8) and torch.equal(plain.scales, q.scales)
+
+
+GATED_SHAPES = [  # (width, v_heads, k_heads, block): 27B's heads; 64-wide; 4-wide; one head
+    (6144, 48, 16, 1024),
+    (768, 12, 4, 256),
+    (512, 128, 32, 128),
+    (128, 1, 1, 64),
+]
+
+
+@pytest.mark.parametrize("m", [1, 3, 300])
+@pytest.mark.parametrize("shape", GATED_SHAPES)
+@pytest.mark.parametrize("z_dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("permute", [True, False])
+def test_gated_norm_rotate_q8(m, shape, z_dtype, permute):
+    """The gated RMSNorm per V head (o float32, z a column range of a wider output: ld_z >
+    width), permuted or not: within one Q8 step of numpy's float64 (fp32 and float64 round the
+    norm to either side of a half-integer), scales within fp32 noise."""
+    width, nv, nk, block = shape
+    r = rng("gated", m, width, permute)
+    o = torch.from_numpy(r.standard_normal((m, width)) * 3).float().cuda()
+    zz = torch.from_numpy(r.standard_normal((m, width + 64))).to(z_dtype).cuda()
+    z = zz[:, 32 : 32 + width]
+    hd = width // nv
+    w = torch.from_numpy(1 + 0.2 * r.standard_normal(hd)).float().cuda()
+    s = signs_of(width, "gated")
+    out = gated_norm_rotate_q8(o, z, w, 1e-6, device_rotation(block, s), nv, nk if permute else 0,
+                               out=poisoned(m, width))  # fmt: skip
+    o64, z64 = f64(o).reshape(m, nv, hd), f64(z).reshape(m, nv, hd)
+    y = o64 / np.sqrt((o64**2).mean(-1, keepdims=True) + 1e-6) * f64(w) * z64 / (1 + np.exp(-z64))
+    y = y.reshape(m, width)
+    if permute:
+        y = reference.gdn_v_grouped(y, nv, nk)
+    ref = reference.rotate(y, block, s)
+    q8, xs, _ = reference.quantize_q8(ref.astype(np.float32))
+    got = out.q8.cpu().numpy().astype(np.int32)
+    assert np.abs(got - q8).max() <= 1 and np.mean(got != q8) < 1e-3
+    assert np.allclose(out.scales.cpu().numpy(), xs, rtol=1e-5)
 
 
 # The RMSNorm a block per row (rotate.cu norm_by_rows: rows of 2 to 8 tiles of 1024, at least two
@@ -397,6 +436,21 @@ def test_bad_arguments_return_status():
             lambda: rotate_q8(torch.zeros(1, 6144, device="cuda"), None, 48, 5),
             "SHAPE",
             "v_heads=48",
+        ),
+        (
+            lambda: gated_norm_rotate_q8(x, x, torch.ones(256, device="cuda"), 1e-6, None, 4),
+            "SHAPE",
+            "v_heads=4",  # heads of 256
+        ),
+        (
+            lambda: gated_norm_rotate_q8(x, x, torch.ones(128, device="cuda"), 1e-6, None, 8, 3),
+            "SHAPE",
+            "k_heads=3",
+        ),
+        (
+            lambda: gated_norm_rotate_q8(x, x, torch.ones(128, device="cuda"), -1.0, None, 8),
+            "INVALID_ARGUMENT",
+            "eps",
         ),
         (
             lambda: norm_rotate_q8(x, torch.ones(1024, device="cuda"), float("nan"), None),

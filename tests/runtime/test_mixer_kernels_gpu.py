@@ -18,7 +18,7 @@ torch = gpu_module()
 pytest.importorskip("triton")
 
 from pyq2.runtime import mixer_kernels  # noqa: E402
-from pyq2.runtime.mixers import Attention, Dims, GatedDeltaNet, Rope  # noqa: E402
+from pyq2.runtime.mixers import Attention, Dims, GatedDeltaNet, Rope, SideRows  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -89,6 +89,38 @@ def test_gdn_decode_matches_the_torch_form(d, batch, dtype, early, monkeypatch):
         assert rel(outs[0], outs[1]) < tol, step
         assert rel(fast.state, slow.state) < FP32_TOL, step
         assert torch.equal(fast.conv, slow.conv), step  # the unused row too
+
+
+@pytest.mark.parametrize("d", GDN_SHAPES)
+@pytest.mark.parametrize("width", [80, 200, 256])  # 64 + 16; 128 + 72 of a masked 128; 256
+@pytest.mark.parametrize("extra", [0, 1])  # SIDE_ROWS sequences, and one more (torch's side)
+@pytest.mark.parametrize("gate", [True, False])
+def test_gdn_decode_with_the_side_projections_matches_the_torch_form(d, width, extra, gate):
+    """alpha and beta from the normed rows and the side weights (SideRows): in the kernel for
+    steps of up to SIDE_ROWS sequences, in torch above; with the gated norm, or the output
+    before it (gate False: DecodeStep's producer applies it)."""
+    batch = mixer_kernels.SIDE_ROWS + extra
+    fast, slow, g, channels = gdn_pair(d, batch + 1, seed=width + extra)
+    positions = torch.arange(batch, device=DEV) * 131 % 1000  # 0 first: the window not full
+    rows = 2 * d.v_heads + 5
+    weight = (torch.randn(rows, width, generator=g) * width**-0.5).to(DEV, torch.bfloat16)
+    normed = torch.empty(batch + 1, width, device=DEV, dtype=torch.bfloat16)
+    side = SideRows(normed, weight, alpha_row=3, beta_row=d.v_heads + 5)
+    assert mixer_kernels.side_fits(side, batch) == (extra == 0)
+    for step in range(3):
+        normed.copy_(torch.randn(normed.shape, generator=g) * 2)
+        qkv = torch.randn(batch, channels, generator=g).to(DEV)
+        z = torch.randn(batch, d.v_heads * d.v_dim, generator=g).to(DEV)
+        outs = []
+        for m in (fast, slow):
+            out = torch.full((batch, d.v_heads * d.v_dim), float("nan"), device=DEV)
+            m.decode(qkv, z, None, None, positions + step, out, side, gate)
+            outs.append(out)
+        torch.cuda.synchronize()
+        assert torch.isfinite(outs[0]).all()
+        assert rel(outs[0], outs[1]) < FP32_TOL, step
+        assert rel(fast.state, slow.state) < FP32_TOL, step
+        assert torch.equal(fast.conv, slow.conv), step
 
 
 ATTN_SHAPES = [

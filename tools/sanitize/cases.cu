@@ -215,6 +215,9 @@ int main()
                                                             &big, &o.op, nullptr));
         check("rotate_q8 permuted",
               pq2_rotate_q8_cuda(x, PQ2_DTYPE_F32, m, width, &big, 40, 8, &o.op, nullptr));
+        check("gated_norm_rotate_q8 permuted",
+              pq2_gated_norm_rotate_q8_cuda(x, up, width, PQ2_DTYPE_F32, up, PQ2_DTYPE_F32, 1e-6f,
+                                            m, width, &big, 40, 8, &o.op, nullptr));
         check("norm_rotate_q8 B 1024",
               pq2_norm_rotate_q8_cuda(x, up, y, PQ2_DTYPE_F32, up, PQ2_DTYPE_F32, 1e-6f, m, width,
                                       &big, &o.op, nullptr, PQ2_DTYPE_F32, nullptr));

@@ -178,3 +178,40 @@ extern "C" PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, i
     t.source = PQ2_SOURCE_PERMUTE, t.x = x, t.nv = v_heads, t.nk = k_heads;
     return pq2_api_launch_transform(fn, t, stream);
 }
+
+extern "C" PQ2_API pq2_status pq2_gated_norm_rotate_q8_cuda(
+    const void *o, const void *z, int64_t ld_z, int32_t z_dtype, const void *norm_weight,
+    int32_t norm_dtype, float eps, int64_t m, int64_t width, const pq2_rotation *rot,
+    int32_t v_heads, int32_t k_heads, const pq2_q8 *out, void *stream)
+{
+    static const char fn[] = "pq2_gated_norm_rotate_q8_cuda";
+    PQ2_CHECK_PTR(fn, o);
+    PQ2_CHECK_PTR(fn, z);
+    PQ2_CHECK_PTR(fn, norm_weight);
+    PQ2_CHECK(pq2_check_dtype(fn, "norm_dtype", norm_dtype));
+    if (!(eps >= 0.0f) || eps == __builtin_inff())
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: eps=%g must be finite and >= 0", fn,
+                             (double)eps);
+    pq2_row_transform t;
+    PQ2_CHECK(begin_producer(fn, z_dtype, m, width, rot, out, &t));
+    const int64_t hd = v_heads > 0 ? width / v_heads : 0;
+    if (v_heads <= 0 || width % v_heads != 0 || hd < 4 || hd > 128 || (hd & (hd - 1)) != 0 ||
+        k_heads < 0 || (k_heads > 0 && v_heads % k_heads != 0) || width > INT32_MAX)
+        return pq2_set_error(
+            PQ2_ERR_SHAPE,
+            "%s: v_heads=%d k_heads=%d width=%lld: need heads of width / v_heads a power of two "
+            "in 4..128, v_heads a multiple of k_heads (k_heads 0: no permutation) and width <= "
+            "2^31 - 1",
+            fn, (int)v_heads, (int)k_heads, (long long)width);
+    if (ld_z < width || ld_z % 8 != 0)
+        return pq2_set_error(PQ2_ERR_SHAPE,
+                             "%s: ld_z=%lld must be >= width=%lld and a multiple of 8", fn,
+                             (long long)ld_z, (long long)width);
+    PQ2_CHECK_ALIGN(fn, o, 16);
+    PQ2_CHECK_ALIGN(fn, z, 16);
+    PQ2_CHECK_ALIGN(fn, norm_weight, 16);
+    t.source = PQ2_SOURCE_GATED, t.x = o, t.x2 = z, t.ld = ld_z;
+    t.norm_weight = norm_weight, t.norm_dtype = norm_dtype, t.eps = eps;
+    t.nv = v_heads, t.nk = k_heads;
+    return pq2_api_launch_transform(fn, t, stream);
+}

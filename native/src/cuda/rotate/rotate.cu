@@ -66,6 +66,17 @@ __device__ __forceinline__ void norm_elements(const pq2_row_transform &p, int64_
     if (p.normed) pq2_store4(p.normed, p.normed_dtype, row * p.width + e, v);
 }
 
+// The element of a row in the tiled V-head order that element e of the grouped order reads
+// (gdn_v_grouped): output e of [hd, rep, nk] reads input i of [hd, nk, rep]; 32-bit index
+// arithmetic (the launchers refuse a permuted width above INT32_MAX).
+__device__ __forceinline__ int64_t grouped_source(const pq2_row_transform &p, int64_t e)
+{
+    if (p.nv <= 0) return e;
+    const uint32_t hd = (uint32_t)(p.width / p.nv), rep = (uint32_t)(p.nv / p.nk);
+    const uint32_t d = (uint32_t)e % hd, head = (uint32_t)e / hd, r = head % rep, k = head / rep;
+    return d + hd * (k + (uint32_t)p.nk * r);
+}
+
 // Element e..e+3 of row `row` of the source, as floats. IN_FLIGHT: loads issued together by the
 // RMSNorm's pass over the whole row.
 template <int SOURCE, int XD, int IN_FLIGHT>
@@ -76,16 +87,24 @@ __device__ __forceinline__ void load_source(const pq2_row_transform &p, int64_t 
     if constexpr (SOURCE == PQ2_SOURCE_PLAIN) {
         pq2_load4<XD>(elem(p.x, XD, base + e), v);
     } else if constexpr (SOURCE == PQ2_SOURCE_PERMUTE) {
-        // output e of the grouped order [hd, rep, nk] reads input i of [hd, nk, rep]; 32-bit
-        // index arithmetic (the launcher refuses a permuted width above INT32_MAX)
-        int64_t i = e;
-        if (p.nv > 0) {
-            const uint32_t hd = (uint32_t)(p.width / p.nv), rep = (uint32_t)(p.nv / p.nk);
-            const uint32_t d = (uint32_t)e % hd, head = (uint32_t)e / hd, r = head % rep,
-                           k = head / rep;
-            i = d + hd * (k + (uint32_t)p.nk * r);
-        }
-        pq2_load4<XD>(elem(p.x, XD, base + i), v);
+        pq2_load4<XD>(elem(p.x, XD, base + grouped_source(p, e)), v);
+    } else if constexpr (SOURCE == PQ2_SOURCE_GATED) {
+        // The gated RMSNorm of V head e / hd: its hd / 4 threads (hd a power of two up to 128:
+        // aligned lanes of one warp) sum their squares by shuffles in a fixed order
+        const int64_t i = p.nk > 0 ? grouped_source(p, e) : e;
+        const int32_t hd = (int32_t)(p.width / p.nv);
+        float o[4], z[4], w[4];
+        pq2_load4<PQ2_DTYPE_F32>(elem(p.x, PQ2_DTYPE_F32, row * p.width + i), o);
+        pq2_load4<XD>(elem(p.x2, XD, base + i), z);
+        load4_any(elem(p.norm_weight, p.norm_dtype, i % hd), p.norm_dtype, w);
+        float ss = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) ss = fmaf(o[j], o[j], ss);
+        for (int lanes = 1; lanes < hd / 4; lanes <<= 1)
+            ss += __shfl_xor_sync(0xffffffffu, ss, lanes);
+        const float scale = 1.0f / sqrtf(ss / (float)hd + p.eps);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = o[j] * scale * w[j] * (z[j] / (1.0f + expf(-z[j])));
     } else if constexpr (SOURCE == PQ2_SOURCE_SWIGLU) {
         float g[4], u[4];
         pq2_load4<XD>(elem(p.x, XD, base + e), g);
@@ -287,7 +306,7 @@ transform_fn kernel_for(int32_t x_dtype)
     }
 }
 
-// The compiled transforms: rotate (dense in, dense out), the three producers of the Q8 operand,
+// The compiled transforms: rotate (dense in, dense out), the four producers of the Q8 operand,
 // and the rows of a PQ2_0 matrix (dense out), each for blocks of up to 256 and 1024 threads; the
 // RMSNorm producer of 256 threads also with 2 loads in flight (large: a grid larger than the
 // device holds at once).
@@ -305,6 +324,7 @@ template <int MAXT> transform_fn find_kernel(int32_t source, bool q8, int32_t x_
         return kernel_for<PQ2_SOURCE_SWIGLU, true, MAXT>(x_dtype);
     if (q8 && source == PQ2_SOURCE_PERMUTE)
         return kernel_for<PQ2_SOURCE_PERMUTE, true, MAXT>(x_dtype);
+    if (q8 && source == PQ2_SOURCE_GATED) return kernel_for<PQ2_SOURCE_GATED, true, MAXT>(x_dtype);
     return nullptr;
 }
 

@@ -15,11 +15,13 @@ enum pq2_row_source {
     PQ2_SOURCE_SWIGLU = 2,   // silu(gate) * up
     PQ2_SOURCE_PERMUTE = 3,  // x in grouped V-head order (gdn_v_grouped), or x when nv = 0
     PQ2_SOURCE_WEIGHTS = 4,  // rows ids[i] of a PQ2_0 matrix, dequantised
+    PQ2_SOURCE_GATED = 5,    // RMSNorm per V head of x (f32) * weight * silu(x2), as PERMUTE
 };
 
 struct pq2_row_transform {
     int32_t source;
-    // the source: x[m][ld] (SWIGLU: gate, x2 = up), of x_dtype
+    // the source: x[m][ld] (SWIGLU: gate, x2 = up), of x_dtype; GATED: x[m][width] f32 (the
+    // recurrence's output), x2[m][ld] of x_dtype (the gate z), norm_weight [width / nv]
     const void *x, *x2;
     int32_t x_dtype;
     int64_t ld;
@@ -31,7 +33,8 @@ struct pq2_row_transform {
     float eps;
     void *normed;  // [m][width] normed_dtype: RMSNorm(h) * weight before the rotation, or NULL
     int32_t normed_dtype;
-    // PERMUTE: V heads nv (0: no permutation), K heads nk, head width hd = width / nv
+    // PERMUTE: V heads nv (0: no permutation), K heads nk, head width hd = width / nv; GATED:
+    // nv V heads of hd = width / nv (a power of two, 4..128), permuted when nk > 0
     int32_t nv, nk;
     // WEIGHTS: the matrix (device data) and the row ids [m]
     pq2_view w;
