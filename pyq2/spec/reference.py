@@ -193,6 +193,17 @@ def rmsnorm(x, weight, eps: float) -> np.ndarray:
     )
 
 
+def gated_rmsnorm(o, z, weight, eps: float, v_heads: int) -> np.ndarray:
+    """float64 rmsnorm(o) * weight * silu(z) per V head of width / v_heads elements (a
+    Gated-DeltaNet layer's output norm; rows on the first axis)."""
+    o = np.asarray(o, dtype=np.float64)
+    m, width = o.shape
+    heads = (m, v_heads, width // v_heads)
+    return (rmsnorm(o.reshape(heads), weight, eps) * swiglu(z, 1.0).reshape(heads)).reshape(
+        m, width
+    )
+
+
 def swiglu(gate, up) -> np.ndarray:
     """float64 silu(gate) * up."""
     g = np.asarray(gate, dtype=np.float64)

@@ -236,9 +236,7 @@ def test_gated_norm_rotate_q8(m, shape, z_dtype, permute):
     s = signs_of(width, "gated")
     out = gated_norm_rotate_q8(o, z, w, 1e-6, device_rotation(block, s), nv, nk if permute else 0,
                                out=poisoned(m, width))  # fmt: skip
-    o64, z64 = f64(o).reshape(m, nv, hd), f64(z).reshape(m, nv, hd)
-    y = o64 / np.sqrt((o64**2).mean(-1, keepdims=True) + 1e-6) * f64(w) * z64 / (1 + np.exp(-z64))
-    y = y.reshape(m, width)
+    y = reference.gated_rmsnorm(f64(o), f64(z), f64(w), 1e-6, nv)
     if permute:
         y = reference.gdn_v_grouped(y, nv, nk)
     ref = reference.rotate(y, block, s)

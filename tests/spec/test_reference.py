@@ -187,3 +187,27 @@ def test_rel_rms():
     assert R.rel_rms([np.nan, 2.0], [1.0, 2.0]) == float("inf")
     assert R.rel_rms([0.0], [0.0]) == 0 and R.rel_rms([1.0], [0.0]) == float("inf")
     assert abs(R.rel_rms([3.0, 4.0], [3.0, 4.5]) - 0.5 / np.hypot(3, 4.5)) < 1e-15
+
+
+def test_gated_rmsnorm_is_the_model_references_per_head_norm():
+    """reference.gated_rmsnorm (the gated producer's oracle) against the whole-model reference's
+    own form of the same norm (pyq2.spec.qwen35_layers: rms_norm per head, times silu(z)), and
+    one head worked through by hand."""
+    from pyq2.spec.qwen35_layers import rms_norm, silu
+
+    r = np.random.default_rng(9)
+    m, heads, hd = 3, 5, 8
+    o, z = r.standard_normal((2, m, heads * hd)) * 2
+    w = 1 + 0.1 * r.standard_normal(hd)
+    got = R.gated_rmsnorm(o, z, w, 1e-6, heads)
+    model = rms_norm(o.reshape(m, heads, hd), w, 1e-6) * silu(z.reshape(m, heads, hd))
+    assert np.allclose(got, model.reshape(m, -1), rtol=1e-6, atol=1e-6)  # model's: float32
+    h = o[1, hd : 2 * hd]
+    want = (
+        h
+        / np.sqrt(np.mean(h * h) + 1e-6)
+        * w
+        * z[1, hd : 2 * hd]
+        / (1 + np.exp(-z[1, hd : 2 * hd]))
+    )
+    assert np.allclose(got[1, hd : 2 * hd], want, rtol=1e-12)
