@@ -318,9 +318,10 @@ PQ2_API pq2_status pq2_rotate_q8_cuda(const void *x, int32_t dtype, int64_t m, i
 /* The gated RMSNorm of a Gated-DeltaNet layer's output, then as pq2_rotate_q8_cuda: per row and
  * V head j of hd = width / v_heads elements (a power of two, 4..128), y = o_j / sqrt(mean(o_j^2)
  * + eps) * norm_weight * silu(z_j); o f32 rows of width elements, z rows of ld_z elements of
- * z_dtype (e.g. a column range of a fused output), norm_weight [hd] of norm_dtype; then y
- * permuted from the tiled to the grouped V-head order when k_heads > 0 (k_heads 0: none),
- * rotated and quantised into *out. */
+ * z_dtype (e.g. a column range of a fused output; ld_z >= width and a multiple of 8),
+ * norm_weight [hd] of norm_dtype, all three 16-byte aligned; then y permuted from the tiled to
+ * the grouped V-head order when k_heads > 0 (v_heads a multiple of k_heads; k_heads 0: none),
+ * rotated and quantised into *out. width <= 2^31 - 1. */
 PQ2_API pq2_status pq2_gated_norm_rotate_q8_cuda(const void *o, const void *z, int64_t ld_z,
                                                  int32_t z_dtype, const void *norm_weight,
                                                  int32_t norm_dtype, float eps, int64_t m,

@@ -486,11 +486,18 @@ def gated_norm_rotate_q8(
     elements, permuted to the grouped V-head order when k_heads > 0; o [m, width] float32
     contiguous, z [m, width] with unit column stride (pq2_gated_norm_rotate_q8_cuda)."""
     ffi, lib = _native.load()
+    if o.dim() != 2 or not o.is_contiguous() or str(o.dtype) != "torch.float32":
+        raise ValueError("o must be a contiguous float32 matrix")
     m, width = o.shape
-    if not o.is_contiguous() or o.dtype.itemsize != 4 or not o.dtype.is_floating_point:
-        raise ValueError("o must be contiguous float32")
     if tuple(z.shape) != (m, width) or z.stride(1) != 1:
         raise ValueError(f"z {tuple(z.shape)} must be [{m}, {width}] with unit column stride")
+    if v_heads <= 0 or width % v_heads or tuple(norm_weight.shape) != (width // v_heads,):
+        raise ValueError(
+            f"norm_weight {tuple(norm_weight.shape)}: need one weight per element of a V head "
+            f"({width} / v_heads {v_heads})"
+        )
+    if not norm_weight.is_contiguous() or {z.device, norm_weight.device} != {o.device}:
+        raise ValueError("o, z and a contiguous norm_weight must be on one device")
     out = Q8Operand.empty(m, width, o.device) if out is None else out
     _native.check(
         lib.pq2_gated_norm_rotate_q8_cuda(

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 MAX_ROWS = 16  # the rows it takes
-STEP_ROWS = 2  # the decode steps that use it (DecodeStep); cuBLAS is faster above
+STEP_ROWS = 2  # DecodeStep's side calls of up to so many rows use it; cuBLAS is faster above
 BK = 1024  # weight columns per iteration
 WARPS = 4
 

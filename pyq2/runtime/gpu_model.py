@@ -10,9 +10,10 @@ positions attention reads, rounded up to a multiple of SPAN_STEP so that a graph
 steps; the graph also moves the positions on and, for greedy decoding without a repetition
 penalty, takes the argmax and writes it as the next step's input. Other sampling runs on the
 device after the replay (pyq2.text.sampling.sample_torch); only the chosen ids come back to the
-host. Decode steps of up to the recurrence kernel's SIDE_ROWS rows leave the side projections
-to it (DecodeStep's mixer_side), and those of GATED_NORM_ROWS rows leave the gated norm to the
-ssm_out producer (gated_norm). decode_sample() chains the steps on the device: a step's chosen
+host. Steps of up to the recurrence kernel's SIDE_ROWS rows leave the side projections to the
+mixer (DecodeStep's mixer_side: the decode kernel computes them; a prompt chunk of that size,
+torch), and those of up to GATED_NORM_ROWS rows leave the gated norm to the ssm_out producer
+(gated_norm). decode_sample() chains the steps on the device: a step's chosen
 ids are the next step's input where they are, and reach the host through pinned memory while
 the next step runs, so the host's work on a token (stop checks, detokenisation) overlaps the
 GPU's next step.
@@ -30,12 +31,12 @@ from ..spec.qwen35_layers import imrope_axes
 from ..text.sampling import SamplingParams, make_history_mask, sample_torch
 from .load import Model, load
 from .mixers import Attention, Dims, GatedDeltaNet, Rope, SideRows, mixer_kernels
-from .step import DecodeStep
+from .step import DecodeStep, gated_norm_fits
 
 SPAN_STEP = 256  # the attention span of a decode graph grows in steps of this many positions
 DEFAULT_CHUNK = 2048  # prompt tokens per DecodeStep
 SHARED_ABOVE = 16  # steps of more rows than this share their stages' output buffers
-GATED_NORM_ROWS = 1  # steps of so many rows apply the gated norm in the ssm_out producer
+GATED_NORM_ROWS = 1  # steps of at most so many rows apply the gated norm in the ssm_out producer
 
 
 def mixer_dims(c: qwen35.Config) -> Dims:
@@ -137,11 +138,12 @@ class GpuModel:
             if last_row and m > SHARED_ABOVE:
                 for k in [k for k in self._steps if k[1] and k[0] > SHARED_ABOVE]:
                     del self._steps[k]
+            gated = not last_row and m <= GATED_NORM_ROWS and gated_norm_fits(self.config.d_v)
             self._steps[key] = DecodeStep(
                 self.model, m, dtype=self.dtype, mixer=self._mixer, shared=m > SHARED_ABOVE,
                 last_rows=1 if last_row else None,
                 mixer_side=not last_row and m <= self.side_rows,
-                gated_norm=not last_row and m <= GATED_NORM_ROWS,
+                gated_norm=gated,
             )  # fmt: skip
         return self._steps[key]
 
@@ -160,12 +162,13 @@ class GpuModel:
             return
         g = self.gdn[layer]
         qkv, z = out[b + "attn_qkv.weight"], out[b + "attn_gate.weight"]
-        alpha, beta = out[b + "ssm_alpha.weight"], out[b + "ssm_beta.weight"]
-        side = None
+        alpha = beta = side = None
         if layer in step.side_inputs:  # the step left the side projections to the mixer
             normed, weight, first = step.side_inputs[layer]
             side = SideRows(normed, weight, first[b + "ssm_alpha.weight"],
                             first[b + "ssm_beta.weight"])  # fmt: skip
+        else:
+            alpha, beta = out[b + "ssm_alpha.weight"], out[b + "ssm_beta.weight"]
         gate = not step.gated_norm  # else the step's producer applies the gated norm
         if mode[0] == "prefill":
             if side is not None:

@@ -50,6 +50,7 @@ CHUNK = 128  # cache positions per attention program
 GDN_BV = 32  # state columns per Gated-DeltaNet program
 GDN_WARPS = 2
 EARLY_STATE = 3  # gdn_decode loads the state first up to this many programs per multiprocessor
+SIDE_WIDTH = 8192  # and for normed rows of at most so many elements
 SIDE_ROWS = 8  # gdn_decode computes the side projections itself for steps of so many sequences
 ATTENTION_WARPS = 8
 MERGE = 16  # chunks merged per iteration of the second attention kernel
@@ -298,7 +299,7 @@ def gdn_decode(qkv: Any, z: Any, alpha: Any, beta: Any, ring: Any, state: Any, o
     _check(out, qkv, z)
     if side is None:
         _check(alpha, beta)
-    elif not side_fits(side, b):
+    elif not side_fits(side, b, d.v_heads):
         raise ValueError("side rows the kernel cannot read (side_fits)")
     if not (ring.is_contiguous() and state.is_contiguous() and o.is_contiguous()):
         raise ValueError("the conv ring, the recurrent state and o must be contiguous")
@@ -333,16 +334,21 @@ def gdn_decode(qkv: Any, z: Any, alpha: Any, beta: Any, ring: Any, state: Any, o
         )  # fmt: skip
 
 
-def side_fits(side: Any, rows: int) -> bool:
+def side_fits(side: Any, rows: int, heads: int) -> bool:
     """Whether gdn_decode reads these side rows itself: a step of at most SIDE_ROWS sequences,
-    a normed width of at least 16, rows with unit stride."""
+    a normed width of 16..SIDE_WIDTH (the program holds its head's two weight rows), each of
+    the two row ranges inside the weights, rows with unit stride, one device."""
+    w, x = side.weight, side.normed
     return (
         rows <= SIDE_ROWS
-        and side.normed.shape[1] >= 16
-        and side.normed.shape[0] >= rows
-        and side.normed.stride(-1) == 1
-        and side.weight.stride(-1) == 1
-        and side.weight.shape[1] == side.normed.shape[1]
+        and 16 <= x.shape[1] <= SIDE_WIDTH
+        and x.shape[0] >= rows
+        and w.shape[1] == x.shape[1]
+        and 0 <= side.alpha_row <= w.shape[0] - heads
+        and 0 <= side.beta_row <= w.shape[0] - heads
+        and x.stride(-1) == 1
+        and w.stride(-1) == 1
+        and w.device == x.device
     )
 
 

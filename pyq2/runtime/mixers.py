@@ -69,9 +69,8 @@ class SideRows:
     def project(self, rows: int, heads: int) -> tuple[Any, Any]:
         """(alpha, beta) (rows, heads) float32, in torch."""
         x = self.normed[:rows].float()
-        w = self.weight.float()
-        alpha = x @ w[self.alpha_row : self.alpha_row + heads].t()
-        beta = x @ w[self.beta_row : self.beta_row + heads].t()
+        alpha = x @ self.weight[self.alpha_row : self.alpha_row + heads].float().t()
+        beta = x @ self.weight[self.beta_row : self.beta_row + heads].float().t()
         return alpha, beta
 
 
@@ -410,7 +409,7 @@ class GatedDeltaNet:
         torch = require_torch()
         d, b = self.d, qkv.shape[0]
         kernels = self.kernels
-        if side is not None and (kernels is None or not kernels.side_fits(side, b)):
+        if side is not None and (kernels is None or not kernels.side_fits(side, b, d.v_heads)):
             alpha, beta = side.project(b, d.v_heads)
             side = None
         if kernels is not None:

@@ -169,18 +169,25 @@ class DecodeStep:
             if stage.unrotated:
                 self.normed.setdefault(width, empty(m, width))
                 side_w = torch.cat([model.dense[n] for n in stage.unrotated]).to(self.dtype)
-                out = output(("side", *(_role(n) for n in stage.unrotated)), side_w.shape[0])
-                self.side[i] = (side_w, out)
                 col, first_rows = 0, {}
                 for n in stage.unrotated:
-                    rows = model.dense[n].shape[0]
-                    self.outputs[n] = out[:, col : col + rows]
                     first_rows[n] = col
-                    col += rows
-                if mixer_side:
+                    col += model.dense[n].shape[0]
+                if mixer_side:  # the mixer computes them: no output buffer
                     self.side_inputs[stage.layer] = (self.normed[width], side_w, first_rows)
+                else:
+                    out = output(("side", *(_role(n) for n in stage.unrotated)), col)
+                    self.side[i] = (side_w, out)
+                    for n in stage.unrotated:
+                        rows = model.dense[n].shape[0]
+                        self.outputs[n] = out[:, first_rows[n] : first_rows[n] + rows]
             if stage.producer == "mixer":  # the host writes it before the stage's producer
                 gated = gated_norm and stage.permute  # a Gated-DeltaNet layer's, before its norm
+                if gated and not gated_norm_fits(width // plan.v_heads):
+                    raise ValueError(
+                        f"gated_norm: V heads of {width // plan.v_heads} are not a power of two "
+                        "in 4..128"
+                    )
                 x = output(("mixer", gated), width, dtype=torch.float32 if gated else None)
                 self.mixer_out[stage.layer] = x.zero_()
         head = plan.stages[-1].projections[0]
@@ -262,7 +269,7 @@ class DecodeStep:
                 inputs = {"gate": gate, "up": up}
                 fn = _bind(swiglu_rotate_q8, gate, up, rot, out=q)
             calls.append(Call("producer", stage, fn, inputs))
-            if i in self.side and not self.mixer_side:  # run() forks it after its producer
+            if i in self.side:  # right after its producer: run() forks it from there
                 side_w, out = self.side[i]
                 normed = self.normed[width]
                 calls.append(Call("side", stage, _side_matmul(normed, side_w, out)))
@@ -338,8 +345,15 @@ class DecodeStep:
         for r in records:
             if r["stage"] is not None:
                 for name in r["stage"].projections + r["stage"].unrotated:
-                    r["outputs"][name] = self.outputs[name].clone()
+                    if name in self.outputs:  # (not the side projections with mixer_side)
+                        r["outputs"][name] = self.outputs[name].clone()
         return records
+
+
+def gated_norm_fits(v_dim: int) -> bool:
+    """Whether the gated-norm producer (pq2_gated_norm_rotate_q8_cuda) takes V heads of this
+    width: a power of two, 4..128."""
+    return 4 <= v_dim <= 128 and not v_dim & (v_dim - 1)
 
 
 def matmul_groups(

@@ -210,11 +210,14 @@ def test_rotate_q8_with_the_gdn_permutation(m):
     assert torch.equal(plain.q8, q.q8) and torch.equal(plain.scales, q.scales)
 
 
-GATED_SHAPES = [  # (width, v_heads, k_heads, block): 27B's heads; 64-wide; 4-wide; one head
-    (6144, 48, 16, 1024),
+GATED_SHAPES = [  # (width, v_heads, k_heads, block): 27B's heads; heads of 64, 4, 8 and 16
+    (6144, 48, 16, 1024),  # elements; one head; heads of 32 in 1024-thread blocks (B 4096)
     (768, 12, 4, 256),
     (512, 128, 32, 128),
+    (256, 32, 8, 256),
+    (1024, 64, 16, 1024),
     (128, 1, 1, 64),
+    (4096, 128, 64, 4096),
 ]
 
 
@@ -232,7 +235,7 @@ def test_gated_norm_rotate_q8(m, shape, z_dtype, permute):
     zz = torch.from_numpy(r.standard_normal((m, width + 64))).to(z_dtype).cuda()
     z = zz[:, 32 : 32 + width]
     hd = width // nv
-    w = torch.from_numpy(1 + 0.2 * r.standard_normal(hd)).float().cuda()
+    w = torch.from_numpy(1 + 0.2 * r.standard_normal(hd)).to(z_dtype).cuda()  # bf16 too
     s = signs_of(width, "gated")
     out = gated_norm_rotate_q8(o, z, w, 1e-6, device_rotation(block, s), nv, nk if permute else 0,
                                out=poisoned(m, width))  # fmt: skip
@@ -242,7 +245,7 @@ def test_gated_norm_rotate_q8(m, shape, z_dtype, permute):
     ref = reference.rotate(y, block, s)
     q8, xs, _ = reference.quantize_q8(ref.astype(np.float32))
     got = out.q8.cpu().numpy().astype(np.int32)
-    assert np.abs(got - q8).max() <= 1 and np.mean(got != q8) < 1e-3
+    assert np.abs(got - q8).max() <= 1 and (got != q8).sum() <= max(1, got.size // 1000)
     assert np.allclose(out.scales.cpu().numpy(), xs, rtol=1e-5)
 
 
@@ -464,6 +467,10 @@ def test_bad_arguments_return_status():
     for fn, status, words in cases:
         e = status_of(fn)
         assert e.status_name == "PQ2_ERR_" + status and words in e.message, (status, words, e)
+    with pytest.raises(ValueError, match="one weight per element of a V head"):
+        gated_norm_rotate_q8(x, x, torch.ones(1024, device="cuda"), 1e-6, None, 8)
+    with pytest.raises(ValueError, match="contiguous float32"):
+        gated_norm_rotate_q8(x.half(), x, torch.ones(128, device="cuda"), 1e-6, None, 8)
     # a permuted width past 32-bit indices is refused before any launch
     st = _lib.pq2_rotate_q8_cuda(
         _ffi.cast("void *", x.data_ptr()),

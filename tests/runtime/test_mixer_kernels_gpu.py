@@ -95,10 +95,14 @@ def test_gdn_decode_matches_the_torch_form(d, batch, dtype, early, monkeypatch):
 @pytest.mark.parametrize("width", [80, 200, 256])  # 64 + 16; 128 + 72 of a masked 128; 256
 @pytest.mark.parametrize("extra", [0, 1])  # SIDE_ROWS sequences, and one more (torch's side)
 @pytest.mark.parametrize("gate", [True, False])
-def test_gdn_decode_with_the_side_projections_matches_the_torch_form(d, width, extra, gate):
+@pytest.mark.parametrize("early", [True, False])  # the state loaded first, or where it is used
+def test_gdn_decode_with_the_side_projections_matches_the_torch_form(
+    d, width, extra, gate, early, monkeypatch
+):
     """alpha and beta from the normed rows and the side weights (SideRows): in the kernel for
     steps of up to SIDE_ROWS sequences, in torch above; with the gated norm, or the output
     before it (gate False: DecodeStep's producer applies it)."""
+    monkeypatch.setattr(mixer_kernels, "EARLY_STATE", 1 << 20 if early else 0)
     batch = mixer_kernels.SIDE_ROWS + extra
     fast, slow, g, channels = gdn_pair(d, batch + 1, seed=width + extra)
     positions = torch.arange(batch, device=DEV) * 131 % 1000  # 0 first: the window not full
@@ -106,7 +110,9 @@ def test_gdn_decode_with_the_side_projections_matches_the_torch_form(d, width, e
     weight = (torch.randn(rows, width, generator=g) * width**-0.5).to(DEV, torch.bfloat16)
     normed = torch.empty(batch + 1, width, device=DEV, dtype=torch.bfloat16)
     side = SideRows(normed, weight, alpha_row=3, beta_row=d.v_heads + 5)
-    assert mixer_kernels.side_fits(side, batch) == (extra == 0)
+    assert mixer_kernels.side_fits(side, batch, d.v_heads) == (extra == 0)
+    past = SideRows(normed, weight, alpha_row=3, beta_row=rows - d.v_heads + 1)
+    assert not mixer_kernels.side_fits(past, 1, d.v_heads)  # beta's rows past the weights
     for step in range(3):
         normed.copy_(torch.randn(normed.shape, generator=g) * 2)
         qkv = torch.randn(batch, channels, generator=g).to(DEV)

@@ -24,6 +24,7 @@ torch = gpu_module()
 
 from pyq2.gguf import io as gguf_io  # noqa: E402
 from pyq2.offline.demo import write_demo_model, write_float_twin  # noqa: E402
+from pyq2.runtime import gpu_model  # noqa: E402
 from pyq2.runtime.cpu_model import CpuModel  # noqa: E402
 from pyq2.runtime.generate import Options, generate  # noqa: E402
 from pyq2.runtime.gpu_model import GpuModel  # noqa: E402
@@ -174,6 +175,31 @@ def test_graph_replays_match_eager_steps(model_file):
     gpu.score(seq[:20])
     graphed = [gpu.decode([t]).cpu().numpy() for t in seq[20:]]
     assert rel_rms(np.stack(graphed), np.stack(eager)) <= 1e-5
+
+
+def test_decode_steps_that_move_work_into_the_mixers_match_the_plain_steps(model_file, monkeypatch):
+    """The side projections inside the recurrence kernel (mixer_side) and the gated norm inside
+    the ssm_out producer (gated_norm), as GpuModel runs small steps, against the steps without
+    either (the side projections as their own kernel, the norm as the recurrence's second):
+    the same logits within CHUNK_TOL (fp32 rounding in another order, through the Q8
+    activations), prompt chunks of those step shapes included."""
+    _, gpu, _, _ = open_both(model_file)
+    seq = tokens(30, seed=5)
+
+    def run():
+        gpu._steps.clear(), gpu._graphs.clear()
+        prompt = gpu.score(seq[:20]).cpu().numpy()  # chunks of 16 and 4 rows
+        steps = [gpu.decode([t]).cpu().numpy() for t in seq[20:]]
+        return prompt, np.concatenate(steps), gpu._steps[(1, False)]
+
+    p_fused, d_fused, step = run()
+    assert step.mixer_side and step.gated_norm and not step.side
+    monkeypatch.setattr(gpu, "side_rows", 0)
+    monkeypatch.setattr(gpu_model, "GATED_NORM_ROWS", 0)
+    p_plain, d_plain, step = run()
+    assert not step.mixer_side and not step.gated_norm and step.side
+    assert rel_rms(p_fused, p_plain) <= CHUNK_TOL
+    assert rel_rms(d_fused, d_plain) <= CHUNK_TOL
 
 
 def test_transformers_on_the_float_twin_agrees(model_file, tmp_path):

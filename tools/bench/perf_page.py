@@ -236,7 +236,11 @@ def section_whole(d: dict) -> list[str]:
         "byte floor counts the weights, the recurrent and convolution states read and written "
         "and the KV cache read at the last step. The parts are each timed alone as a graph at the "
         "last step's attention span; the rest (sampling, the ids back to the host, launch gaps) "
-        "is the step less the three.",
+        "is the step less the three, and can come out below zero where the parts overlap inside "
+        "the step (programmatic dependent launch) but not alone. Up to 8 sequences the side "
+        "projections (ssm_alpha, ssm_beta) are part of the recurrence, above it of the weight "
+        "path; at one sequence the Gated-DeltaNet's gated norm is part of the weight path (its "
+        "ssm_out producer), above it of the recurrence.",
         "",
         *table(
             [

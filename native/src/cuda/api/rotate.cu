@@ -188,6 +188,7 @@ extern "C" PQ2_API pq2_status pq2_gated_norm_rotate_q8_cuda(
     PQ2_CHECK_PTR(fn, o);
     PQ2_CHECK_PTR(fn, z);
     PQ2_CHECK_PTR(fn, norm_weight);
+    PQ2_CHECK(pq2_check_dtype(fn, "z_dtype", z_dtype));
     PQ2_CHECK(pq2_check_dtype(fn, "norm_dtype", norm_dtype));
     if (!(eps >= 0.0f) || eps == __builtin_inff())
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: eps=%g must be finite and >= 0", fn,
