@@ -376,8 +376,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _Parser(
         prog=PROG,
-        description="PQ2_0 ternary weights: repack GGUF files into GPU layouts, inspect and "
-        "verify them, run the demo, time a model's weight path on the GPU.",
+        description="PQ2_0 ternary weights: generate text from a ternary qwen35 model, repack GGUF "
+        "files into GPU layouts, inspect and verify them, run the demo, time a model on the GPU.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -511,7 +511,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser(
         "bench",
-        help="time a model's whole weight path on the GPU (tokens/s against the byte floor)",
+        help="time a model on the GPU: its weight path, or with --whole the whole model "
+        "(tokens/s against the byte floor)",
     )
     b.set_defaults(usage_error=b.error)
     b.add_argument(
