@@ -50,8 +50,8 @@ CHUNK = 128  # cache positions per attention program
 GDN_BV = 32  # state columns per Gated-DeltaNet program
 GDN_WARPS = 2
 EARLY_STATE = 3  # gdn_decode loads the state first up to this many programs per multiprocessor
-SIDE_WIDTH = 8192  # and for normed rows of at most so many elements
 SIDE_ROWS = 8  # gdn_decode computes the side projections itself for steps of so many sequences
+SIDE_WIDTH = 8192  # ... and normed rows of at most so many elements
 ATTENTION_WARPS = 8
 MERGE = 16  # chunks merged per iteration of the second attention kernel
 
@@ -311,18 +311,22 @@ def gdn_decode(qkv: Any, z: Any, alpha: Any, beta: Any, ring: Any, state: Any, o
     p = pdl(qkv.device.index)
     programs = d.v_heads * (d.v_dim // bv) * b
     early = programs <= EARLY_STATE * _sm_count(qkv.device.index)
-    width = side.normed.shape[1] if side is not None else 16
+    if side is None:  # (the side arguments unread)
+        normed, side_w, rows, width = qkv, qkv, (0, 0), 16
+    else:  # (alpha and beta unread)
+        normed, side_w, rows, width = (
+            side.normed,
+            side.weight,
+            (side.alpha_row, side.beta_row),
+            side.normed.shape[1],
+        )
+        alpha = beta = qkv
     w1 = 1 << (width.bit_length() - 1)  # the largest power of two in the width, and the rest
     w2 = max(16, triton.next_power_of_2(width - w1))
-    normed = side.normed if side is not None else qkv  # (unread without SIDE)
-    side_w = side.weight if side is not None else qkv
-    if side is not None:  # (alpha and beta unread)
-        alpha = beta = qkv
     _gdn_decode[(d.v_heads * (d.v_dim // bv), b)](
         qkv, alpha, beta, ring, state, o if gate else out, positions, conv_w, a, dt_bias,
         normed, side_w, qkv.stride(0), alpha.stride(0), beta.stride(0), normed.stride(0),
-        side_w.stride(0), side.alpha_row if side is not None else 0,
-        side.beta_row if side is not None else 0, scale,
+        side_w.stride(0), *rows, scale,
         C=ring.shape[2], K=d.conv_kernel, HK=d.k_heads, HV=d.v_heads, DK=d.k_dim, DV=d.v_dim,
         BK=triton.next_power_of_2(d.k_dim), BV=bv, PDL=p, EARLY=early, SIDE=side is not None,
         W=width, W1=w1, W2=w2, num_warps=GDN_WARPS, launch_pdl=p,

@@ -256,14 +256,15 @@ class DecodeStep:
                     else (0, 0)
                 )
                 x = self.mixer_out[stage.layer]
-                inputs = {"x": x}
-                fn = _bind(rotate_q8, x, rot, *heads, out=q)
                 if self.gated_norm and stage.permute:
                     b = f"blk.{stage.layer}."
                     z = self.outputs[b + "attn_gate.weight"]
                     inputs = {"o": x, "z": z}
                     fn = _bind(gated_norm_rotate_q8, x, z, model.dense[b + "ssm_norm.weight"],
                                plan.eps, rot, plan.v_heads, heads[1], out=q)  # fmt: skip
+                else:
+                    inputs = {"x": x}
+                    fn = _bind(rotate_q8, x, rot, *heads, out=q)
             else:
                 gate, up = (self.outputs[p] for p in _ffn_inputs(stage))
                 inputs = {"gate": gate, "up": up}
@@ -304,7 +305,7 @@ class DecodeStep:
         after its producer and joined before the next norm producer (the first that may rewrite
         the normed rows it reads) and at the end, so that they overlap the projections."""
         torch = require_torch()
-        if kinds is not None or not any(c.kind == "side" for c in self.calls):
+        if kinds is not None or not self.side:
             for c in self.calls:
                 if kinds is None or c.kind in kinds:
                     c.fn()

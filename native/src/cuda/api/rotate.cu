@@ -36,6 +36,26 @@ pq2_status begin_producer(const char *fn, int32_t dtype, int64_t m, int64_t widt
     return PQ2_OK;
 }
 
+// An RMSNorm's weight and eps: a weight, of a known dtype; eps finite and >= 0.
+pq2_status check_norm(const char *fn, const void *norm_weight, int32_t norm_dtype, float eps)
+{
+    PQ2_CHECK_PTR(fn, norm_weight);
+    PQ2_CHECK(pq2_check_dtype(fn, "norm_dtype", norm_dtype));
+    if (!(eps >= 0.0f) || eps == __builtin_inff())
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: eps=%g must be finite and >= 0", fn,
+                             (double)eps);
+    return PQ2_OK;
+}
+
+// The row stride `name` of a second input: at least width, a multiple of 8 (16-byte rows).
+pq2_status check_ld(const char *fn, const char *name, int64_t ld, int64_t width)
+{
+    if (ld < width || ld % 8 != 0)
+        return pq2_set_error(PQ2_ERR_SHAPE, "%s: %s=%lld must be >= width=%lld and a multiple of 8",
+                             fn, name, (long long)ld, (long long)width);
+    return PQ2_OK;
+}
+
 bool overlap(const void *a, size_t a_bytes, const void *b, size_t b_bytes)
 {
     const uintptr_t a0 = (uintptr_t)a, b0 = (uintptr_t)b;
@@ -112,12 +132,8 @@ extern "C" PQ2_API pq2_status pq2_norm_rotate_q8_cuda(
 {
     static const char fn[] = "pq2_norm_rotate_q8_cuda";
     PQ2_CHECK_PTR(fn, x);
-    PQ2_CHECK_PTR(fn, norm_weight);
-    PQ2_CHECK(pq2_check_dtype(fn, "norm_dtype", norm_dtype));
+    PQ2_CHECK(check_norm(fn, norm_weight, norm_dtype, eps));
     if (normed) PQ2_CHECK(pq2_check_dtype(fn, "normed_dtype", normed_dtype));
-    if (!(eps >= 0.0f) || eps == __builtin_inff())
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: eps=%g must be finite and >= 0", fn,
-                             (double)eps);
     pq2_row_transform t;
     PQ2_CHECK(begin_producer(fn, dtype, m, width, rot, out, &t));
     PQ2_CHECK_ALIGN(fn, x, 16);
@@ -148,9 +164,7 @@ extern "C" PQ2_API pq2_status pq2_swiglu_rotate_q8_cuda(const void *gate, const 
     PQ2_CHECK_PTR(fn, up);
     pq2_row_transform t;
     PQ2_CHECK(begin_producer(fn, dtype, m, width, rot, out, &t));
-    if (ld < width || ld % 8 != 0)
-        return pq2_set_error(PQ2_ERR_SHAPE, "%s: ld=%lld must be >= width=%lld and a multiple of 8",
-                             fn, (long long)ld, (long long)width);
+    PQ2_CHECK(check_ld(fn, "ld", ld, width));
     PQ2_CHECK_ALIGN(fn, gate, 16);
     PQ2_CHECK_ALIGN(fn, up, 16);
     t.source = PQ2_SOURCE_SWIGLU, t.x = gate, t.x2 = up, t.ld = ld;
@@ -187,12 +201,8 @@ extern "C" PQ2_API pq2_status pq2_gated_norm_rotate_q8_cuda(
     static const char fn[] = "pq2_gated_norm_rotate_q8_cuda";
     PQ2_CHECK_PTR(fn, o);
     PQ2_CHECK_PTR(fn, z);
-    PQ2_CHECK_PTR(fn, norm_weight);
     PQ2_CHECK(pq2_check_dtype(fn, "z_dtype", z_dtype));
-    PQ2_CHECK(pq2_check_dtype(fn, "norm_dtype", norm_dtype));
-    if (!(eps >= 0.0f) || eps == __builtin_inff())
-        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: eps=%g must be finite and >= 0", fn,
-                             (double)eps);
+    PQ2_CHECK(check_norm(fn, norm_weight, norm_dtype, eps));
     pq2_row_transform t;
     PQ2_CHECK(begin_producer(fn, z_dtype, m, width, rot, out, &t));
     const int64_t hd = v_heads > 0 ? width / v_heads : 0;
@@ -204,10 +214,7 @@ extern "C" PQ2_API pq2_status pq2_gated_norm_rotate_q8_cuda(
             "in 4..128, v_heads a multiple of k_heads (k_heads 0: no permutation) and width <= "
             "2^31 - 1",
             fn, (int)v_heads, (int)k_heads, (long long)width);
-    if (ld_z < width || ld_z % 8 != 0)
-        return pq2_set_error(PQ2_ERR_SHAPE,
-                             "%s: ld_z=%lld must be >= width=%lld and a multiple of 8", fn,
-                             (long long)ld_z, (long long)width);
+    PQ2_CHECK(check_ld(fn, "ld_z", ld_z, width));
     PQ2_CHECK_ALIGN(fn, o, 16);
     PQ2_CHECK_ALIGN(fn, z, 16);
     PQ2_CHECK_ALIGN(fn, norm_weight, 16);
