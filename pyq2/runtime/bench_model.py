@@ -49,7 +49,7 @@ def measure_whole(
     seed: int = 0,
 ) -> dict[str, Any]:
     torch = require_torch()
-    gm = GpuModel(None, config, prompt + decode + 2, b, model=model, dtype=torch.bfloat16)
+    gm = GpuModel(None, config, prompt + decode + 2, b, model=model)
     gen = torch.Generator().manual_seed(seed)
     prompts = torch.randint(0, gm.n_vocab, (b, prompt), generator=gen).tolist()
     params = SamplingParams()

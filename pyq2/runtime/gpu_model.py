@@ -17,6 +17,9 @@ torch), and those of up to GATED_NORM_ROWS rows leave the gated norm to the ssm_
 ids are the next step's input where they are, and reach the host through pinned memory while
 the next step runs, so the host's work on a token (stop checks, detokenisation) overlaps the
 GPU's next step.
+
+Activations between kernels (the residual stream, the projections' outputs) are bfloat16 unless
+`dtype` says otherwise (float32 for the reference checks); the recurrent state is float32.
 """
 
 from __future__ import annotations
@@ -70,7 +73,7 @@ class GpuModel:
             raise ValueError(
                 f"{path} is one shard of a tensor-parallel set: generate runs whole models"
             )
-        self.dtype = dtype if dtype is not None else torch.float32
+        self.dtype = dtype if dtype is not None else torch.bfloat16
         emb = self.model.weights[self.model.plan.embedding].matrix
         self.device = emb.data.device
         self.n_vocab = emb.n

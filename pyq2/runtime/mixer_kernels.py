@@ -46,14 +46,16 @@ import triton.language as tl
 
 from ..lib.optional import require_torch
 
-CHUNK = 128  # cache positions per attention program
+CHUNK = 64  # cache positions per attention decode program
+CHUNK_ONE = 128  # ... in a step of one sequence
 GDN_BV = 32  # state columns per Gated-DeltaNet program
 GDN_WARPS = 2
 EARLY_STATE = 3  # gdn_decode loads the state first up to this many programs per multiprocessor
 SIDE_ROWS = 8  # gdn_decode computes the side projections itself for steps of so many sequences
 SIDE_WIDTH = 8192  # ... and normed rows of at most so many elements
 ATTENTION_WARPS = 8
-MERGE = 16  # chunks merged per iteration of the second attention kernel
+MERGE_SPAN = 4096  # cache positions the second attention kernel merges per iteration
+MERGE_TILE = 16384  # ... and at most so many partial sums (chunks x head_dim)
 
 
 @functools.cache
@@ -206,13 +208,29 @@ def _norm_rope(ptr, d, norm_w, cos_row, sin_row, eps, D: tl.constexpr, HALF: tl.
 
 
 @triton.jit
+def _prefetch_l2(ptr):
+    """Each pointer's line into L2 (no registers held)."""
+    tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptr],
+                              dtype=tl.int32, is_pure=False, pack=1)  # fmt: skip
+
+
+@triton.jit
 def _attention_partial(
     q_gate, k_in, v_in, k_cache, v_cache, positions, q_norm, k_norm, cos, sin,
     m_out, l_out, acc_out,
     s_qg, s_k, s_v, s_cb, s_ch, s_cs, n_chunks, scale, eps,
     H: tl.constexpr, G: tl.constexpr, BG: tl.constexpr, D: tl.constexpr,
     HALF: tl.constexpr, NROT: tl.constexpr, BS: tl.constexpr, PDL: tl.constexpr,
+    LINE: tl.constexpr, LINES: tl.constexpr,
 ):  # fmt: skip
+    # the chunk's cached keys and values (LINES lines of LINE elements a row) into L2 while the
+    # kernel before runs: no kernel of the step writes them before this one
+    last = tl.maximum(tl.load(positions + tl.program_id(2)) - 1, 0)
+    rows = tl.minimum(tl.program_id(0) * BS + tl.arange(0, BS), last)
+    lines = (tl.program_id(2) * s_cb + tl.program_id(1) * s_ch + rows[:, None] * s_cs
+             + tl.arange(0, LINES)[None, :] * LINE)  # fmt: skip
+    _prefetch_l2(k_cache + lines)
+    _prefetch_l2(v_cache + lines)
     _dependent(PDL)
     c = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -489,14 +507,18 @@ def attention_prompt(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, st
     return q
 
 
+def attention_chunk(batch: int) -> int:
+    """Cache positions per attention decode program for steps of `batch` sequences."""
+    return CHUNK_ONE if batch == 1 else CHUNK
+
+
 class AttentionScratch:
     """The partial softmax sums of every chunk of a decode step (shared by the attention layers,
-    which run one after another): B x H x chunks of the context."""
+    which run one after another): B x H x chunks of the context, room for the smallest chunk."""
 
     def __init__(self, batch: int, n_head: int, head_dim: int, context: int, device: Any):
         torch = require_torch()
-        self.chunk = CHUNK
-        self.n_chunks = -(-context // CHUNK)
+        self.n_chunks = -(-context // min(CHUNK, CHUNK_ONE))
         shape = (batch, n_head, self.n_chunks)
         self.m = torch.empty(shape, dtype=torch.float32, device=device)
         self.l = torch.empty(shape, dtype=torch.float32, device=device)  # noqa: E741
@@ -513,20 +535,25 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
         raise ValueError(f"head_dim {d.head_dim} is not a power of two of at least 16")
     _check(out, q_gate, k, v)
     group = d.n_head // d.n_head_kv
-    chunks = -(-span // scratch.chunk)
+    chunk = attention_chunk(b)
+    chunks = -(-span // chunk)
+    if chunks > scratch.n_chunks:
+        raise ValueError(f"span {span} is more than the scratch's context")
     p = pdl(q_gate.device.index)
+    line = 128 // k_cache.element_size()  # elements of a 128-byte line
+    merge = max(1, min(MERGE_SPAN // chunk, MERGE_TILE // d.head_dim))
     _attention_partial[(chunks, d.n_head_kv, b)](
         q_gate, k, v, k_cache, v_cache, positions, q_norm, k_norm, rope.cos, rope.sin,
         scratch.m, scratch.l, scratch.acc,
         q_gate.stride(0), k.stride(0), v.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), scratch.n_chunks, scale, d.eps,
         H=d.n_head, G=group, BG=max(16, triton.next_power_of_2(group)), D=d.head_dim,
-        HALF=rope.half, NROT=rope.n_rot, BS=scratch.chunk, PDL=p, num_warps=ATTENTION_WARPS,
-        launch_pdl=p,
+        HALF=rope.half, NROT=rope.n_rot, BS=chunk, PDL=p, LINE=line,
+        LINES=max(1, d.head_dim // line),        num_warps=ATTENTION_WARPS, launch_pdl=p,
     )  # fmt: skip
     _attention_merge[(d.n_head, b)](
         q_gate, positions, scratch.m, scratch.l, scratch.acc, out, q_gate.stride(0),
-        out.stride(0), scratch.n_chunks, H=d.n_head, D=d.head_dim, BS=scratch.chunk, BC=MERGE,
+        out.stride(0), scratch.n_chunks, H=d.n_head, D=d.head_dim, BS=chunk, BC=merge,
         PDL=p, num_warps=4, launch_pdl=p,
     )  # fmt: skip
 

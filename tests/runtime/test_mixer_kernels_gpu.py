@@ -155,8 +155,17 @@ def attention_pair(d, batch, context, cache, seed):
 
 @pytest.mark.parametrize("d", ATTN_SHAPES)
 @pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16])
-def test_attention_decode_matches_the_torch_form(d, cache):
-    ch = mixer_kernels.CHUNK
+@pytest.mark.parametrize(
+    "ch,merge_span",
+    [
+        (mixer_kernels.CHUNK, mixer_kernels.MERGE_SPAN),
+        (mixer_kernels.CHUNK_ONE, mixer_kernels.MERGE_SPAN),
+        (mixer_kernels.CHUNK, 2 * mixer_kernels.CHUNK),  # two chunks a merge iteration, 5 chunks
+    ],
+)
+def test_attention_decode_matches_the_torch_form(d, cache, ch, merge_span, monkeypatch):
+    monkeypatch.setattr(mixer_kernels, "attention_chunk", lambda batch: ch)
+    monkeypatch.setattr(mixer_kernels, "MERGE_SPAN", merge_span)
     batch, context = 5, 4 * ch + 40
     fast, slow, g = attention_pair(d, batch, context, cache, seed=d.head_dim)
     assert fast.kernels is not None and slow.kernels is None
@@ -194,12 +203,14 @@ def test_decode_kernels_in_a_graph_give_the_bits_of_launches_without_pdl(monkeyp
     the decode kernels of an attention and a Gated-DeltaNet layer in a row give the outputs,
     states and caches of plain eager launches, bit for bit, over several steps."""
     d = dims()
-    batch, context = 3, 2 * mixer_kernels.CHUNK + 9
+    batch = 3
+    ch = mixer_kernels.attention_chunk(batch)
+    context = 2 * ch + 9
     attn = [attention_pair(d, batch, context, torch.bfloat16, seed=5)[0] for _ in range(2)]
     gdn = [gdn_pair(d, batch, seed=6)[0] for _ in range(2)]
     g = torch.Generator(device="cpu").manual_seed(7)
     channels = 2 * d.k_heads * d.k_dim + d.v_heads * d.v_dim
-    positions = torch.tensor([0, 5, mixer_kernels.CHUNK], device=DEV)
+    positions = torch.tensor([0, 5, ch], device=DEV)
     q_gate = torch.empty(batch, d.n_head * 2 * d.head_dim, device=DEV)
     k, v = (torch.empty(batch, d.n_head_kv * d.head_dim, device=DEV) for _ in range(2))
     qkv, z = torch.empty(batch, channels, device=DEV), torch.empty(batch, d.v_heads * d.v_dim,

@@ -58,14 +58,15 @@ def model_file(request, tmp_path_factory):
     return write_demo_model(d / "model.gguf", seed=3, **kw)
 
 
-def open_both(path, context=256):
+def open_both(path, context=256, dtype=torch.float32):
     with gguf_io.open_gguf(path) as gf:
         kv = read_metadata(gf)
         config = qwen35.Config.from_metadata(kv)
         cpu = CpuModel(gf, config, context)
     # a float32 KV cache: the chunkings then differ by fp32 rounding only (bf16, the default,
     # adds its own rounding, different in each attention kernel)
-    gpu = GpuModel(path, config, context, batch=4, chunk=16, cache_dtype=torch.float32)
+    # float32 activations unless asked (bfloat16, the default, rounds the residual stream)
+    gpu = GpuModel(path, config, context, batch=4, chunk=16, dtype=dtype, cache_dtype=torch.float32)
     return cpu, gpu, Tokenizer(kv), config
 
 
@@ -73,8 +74,9 @@ def tokens(n, seed=0, vocab=1024):
     return [int(t) for t in np.random.default_rng(seed).integers(0, vocab - 3, n)]
 
 
-def test_teacher_forced_logits_match_the_unfolded_reference(model_file):
-    cpu, gpu, _, _ = open_both(model_file)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_teacher_forced_logits_match_the_unfolded_reference(model_file, dtype):
+    cpu, gpu, _, _ = open_both(model_file, dtype=dtype)
     seq = tokens(40, seed=1)
     prompt, rest = seq[:24], seq[24:]
     want = cpu.score(prompt)
@@ -89,7 +91,8 @@ def test_teacher_forced_logits_match_the_unfolded_reference(model_file):
     ):
         err = rel_rms(g, w)
         top1 = float(np.mean(np.argmax(g, 1) == np.argmax(w, 1)))
-        print(f"{model_file.parent.name} {what}: logits rel RMS {err:.3g}, top-1 {top1:.3f}")
+        name = f"{model_file.parent.name} {dtype}"
+        print(f"{name} {what}: logits rel RMS {err:.3g}, top-1 {top1:.3f}")
         assert np.isfinite(g).all()
         assert err <= LOGIT_TOL and top1 >= TOP1_MIN, (what, err, top1)
 
@@ -202,7 +205,8 @@ def test_decode_steps_that_move_work_into_the_mixers_match_the_plain_steps(model
     assert rel_rms(d_fused, d_plain) <= CHUNK_TOL
 
 
-def test_transformers_on_the_float_twin_agrees(model_file, tmp_path):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_transformers_on_the_float_twin_agrees(model_file, tmp_path, dtype):
     pytest.importorskip("transformers")
     pytest.importorskip("accelerate")  # transformers' GGUF loading requires it
     from transformers import Qwen3_5ForCausalLM
@@ -211,7 +215,7 @@ def test_transformers_on_the_float_twin_agrees(model_file, tmp_path):
     hf = Qwen3_5ForCausalLM.from_pretrained(
         str(tmp_path), gguf_file=twin.name, dtype=torch.float32, use_kernels=False
     ).eval()
-    _, gpu, _, _ = open_both(model_file)
+    _, gpu, _, _ = open_both(model_file, dtype=dtype)
     seq = tokens(32, seed=5)
     hf = hf.to("cuda")  # transformers runs fla's Triton kernels where fla is installed
     with torch.no_grad():
@@ -219,5 +223,6 @@ def test_transformers_on_the_float_twin_agrees(model_file, tmp_path):
     got = gpu.score(seq).cpu().numpy()
     err = rel_rms(got, want)
     top1 = float(np.mean(np.argmax(got, 1) == np.argmax(want, 1)))
-    print(f"{model_file.parent.name} vs transformers: logits rel RMS {err:.3g}, top-1 {top1:.3f}")
+    name = f"{model_file.parent.name} {dtype}"
+    print(f"{name} vs transformers: logits rel RMS {err:.3g}, top-1 {top1:.3f}")
     assert err <= LOGIT_TOL and top1 >= TOP1_MIN
