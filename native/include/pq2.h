@@ -202,9 +202,12 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
  * a stream-K grid of that many blocks per multiprocessor sharing the tiles' 128-groups evenly, a
  * tile several blocks share added by the last of them in block order (deterministic; needs
  * workspace; tiles x k/128 below 2^31; one block per multiprocessor is resident at 64 tokens and
- * up, two at 32, so more run in waves). Where it does not serve, the dispatcher passes its table
- * lines by, and a misaligned operand falls back to PQ2_FAMILY_GEMM (the dispatcher's workspace
- * size covers both); an explicit one is refused.
+ * up, two at 32, so more run in waves). warps 8 (unroll 1): the two consumer warpgroups and a
+ * producer warp; warps 12 (blocks 0, tokens 96 or 128): a producer warpgroup that gives its
+ * registers to the consumers, and with unroll 2 (tokens 96) two 128-groups per consumer iteration,
+ * one promoted while the next multiplies; every shape gives the same bits. Where it does not serve,
+ * the dispatcher passes its table lines by, and a misaligned operand falls back to PQ2_FAMILY_GEMM
+ * (the dispatcher's workspace size covers both); an explicit one is refused.
  * (*) TILES: any whatever the file's tile height rt (above rt "coarse rows": a block takes
  * several tile rows; below, "fine rows": part of one), except with stages >= 3 (= rt).
  * ROWBLOCK at m > 8 also holds a block's activation scales and sums in shared memory, 128 bytes

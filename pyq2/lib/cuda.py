@@ -77,19 +77,27 @@ def matmul_config(
 
 
 def gemm_config(
-    tokens: int, stages: int = 4, splits: int = 0, family: int = FAMILY_GEMM, blocks: int = 0
+    tokens: int,
+    stages: int = 4,
+    splits: int = 0,
+    family: int = FAMILY_GEMM,
+    blocks: int = 0,
+    warps: int = 8,
+    unroll: int = 1,
 ):
     """A GEMM pq2_matmul_config: blocks of 128 weight rows x `tokens`, a cp.async pipeline of
     `stages`, the 128-groups split over `splits` blocks (2..16). FAMILY_GEMM (portable,
     mma.sync): tokens 32, 64, 128, stages 2..4; FAMILY_GEMM_SM90 (wgmma, compute capability 9.0
     only): tokens 32, 64, 96, 128, stages 3..6, and `blocks` 1..4 (splits 0 or 1): a stream-K
-    grid of that many blocks per multiprocessor."""
+    grid of that many blocks per multiprocessor; `warps` 12 (tile grids of 96 or 128 tokens): a
+    wide block, whose producer warpgroup gives registers to the consumers, and there `unroll` 2
+    (96 tokens): two groups a consumer iteration, one promoted while the next multiplies."""
     return _config(
         family=family,
         row_subtiles=8,
         tokens=tokens,
-        warps=8,
-        unroll=1,
+        warps=warps,
+        unroll=unroll,
         stages=stages,
         blocks=blocks,
         splits=splits,

@@ -655,12 +655,12 @@ def test_gemm_model_shapes(name):
 
 
 def check_explicit_configs(
-    shape, family, tokens_list, stages_list, splits_list, same_as=None, blocks=0, m=100
+    shape, family, tokens_list, stages_list, splits_list, same_as=None, blocks=0, m=100, **shape_kw
 ):
-    """Every configuration of a GEMM family over the lists (with `blocks`), at m on a poisoned
-    workspace, twice: within the reference's tolerance and bit-identical; the q8 entry point
-    gives the same bits, and so does same_as(tokens, splits), a configuration to compare with
-    (or None)."""
+    """Every configuration of a GEMM family over the lists (with `blocks`, and the block shape's
+    warps and unroll in shape_kw), at m on a poisoned workspace, twice: within the reference's
+    tolerance and bit-identical; the q8 entry point gives the same bits, and so does
+    same_as(tokens, stages, splits), a configuration to compare with (or None)."""
     codes, scales, w = weights(shape, "random", "tiles", 2)
     x = activations(m, shape[1], "normal", torch.float32, 7)
     xq = quantize_q8(x)
@@ -668,7 +668,7 @@ def check_explicit_configs(
     for tokens in tokens_list:
         for stages in stages_list:
             for splits in splits_list:
-                cfg = gemm_config(tokens, stages, splits, family, blocks)
+                cfg = gemm_config(tokens, stages, splits, family, blocks, **shape_kw)
                 work = w.workspace(m, cfg)
                 ys = []
                 for _ in range(2):
@@ -681,7 +681,7 @@ def check_explicit_configs(
                 what = f"tokens={tokens} stages={stages} splits={splits}"
                 assert rel_rms(ys[0], ref) <= Y_TOL[torch.float32], what
                 assert torch.equal(ys[0], ys[1]) and torch.equal(ys[0], yq), what
-                other = same_as(tokens, splits) if same_as else None
+                other = same_as(tokens, stages, splits) if same_as else None
                 if other is not None:
                     assert torch.equal(ys[0], w.matmul(x, cfg=other)), what
 
@@ -708,10 +708,52 @@ def test_gemm_sm90_explicit_configs_bit_identical_to_portable():
         (32, 64, 96, 128),
         (3, 4, 5, 6),
         (1, 3, 16),
-        same_as=lambda tokens, splits: (
+        same_as=lambda tokens, stages, splits: (
             gemm_config(tokens, 4, splits) if tokens in (32, 64) else None
         ),
     )
+
+
+WIDE = [(96, 1), (96, 2), (128, 1)]  # the wide blocks' (tokens, unroll)
+
+
+@needs_sm90
+@pytest.mark.parametrize("tokens,unroll", WIDE, ids=["t96", "t96_pairs", "t128"])
+def test_gemm_sm90_wide_blocks_give_the_narrow_blocks_bits(tokens, unroll):
+    """Every compiled wide block (warps 12) at every depth, with and without split groups (an
+    odd number of groups per split: the two-group loop's last group alone), within the
+    reference, the same bits twice and through the q8 entry point, and the bits of the narrow
+    block of the same tokens, depth and splits."""
+    check_explicit_configs(
+        (1000, 5120),
+        FAMILY_GEMM_SM90,
+        (tokens,),
+        (3, 4, 5, 6),
+        (1, 3, 16),
+        same_as=lambda t, stages, splits: gemm_config(t, stages, splits, FAMILY_GEMM_SM90),
+        warps=12,
+        unroll=unroll,
+    )
+
+
+@needs_sm90
+@pytest.mark.parametrize("tokens,unroll", WIDE, ids=["t96", "t96_pairs", "t128"])
+@pytest.mark.parametrize(
+    "shape", [(17, 1024), (1000, 512), (4111, 1536)], ids=["n17_k1024", "n1000_k512", "n4111_k1536"]
+)
+def test_gemm_sm90_wide_every_m(shape, tokens, unroll):
+    """The wide blocks at every boundary of m, tile heights 1 and 4: the narrow block's bits."""
+    for rt in (1, 4):
+        codes, scales, w = weights(shape, "random", "tiles", rt)
+        for m in GEMM_M:
+            if m >= 2048 and shape[0] > 1000:
+                continue
+            x = activations(m, shape[1], "normal", torch.float32, m)
+            wide = gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90, warps=12, unroll=unroll)
+            y = w.matmul(x, out=torch.full((m, shape[0]), float("nan"), device="cuda"), cfg=wide)
+            want = w.matmul(x, cfg=gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90))
+            torch.cuda.synchronize()
+            assert torch.equal(y, want), f"m={m} rt={rt}"
 
 
 @needs_sm90
@@ -796,6 +838,13 @@ def test_gemm_sm90_bad_configs():
         (gemm_config(64, 4, 2, FAMILY_GEMM_SM90, 1), "blocks=1 splits=2"),
         (gemm_config(64, 4, 0, FAMILY_GEMM_SM90, 5), "blocks=5"),
         (gemm_config(64, 4, 0, FAMILY_GEMM, 1), "blocks=1"),
+        (gemm_config(64, 4, 0, FAMILY_GEMM_SM90, warps=12), "warps=12 unroll=1 tokens=64"),
+        (gemm_config(128, 4, 0, FAMILY_GEMM_SM90, warps=12, unroll=2), "unroll=2 tokens=128"),
+        (gemm_config(96, 4, 0, FAMILY_GEMM_SM90, 1, warps=12), "tokens=96 blocks=1"),
+        (gemm_config(96, 4, 0, FAMILY_GEMM_SM90, unroll=2), "warps=8 unroll=2"),
+        (gemm_config(96, 4, 0, FAMILY_GEMM_SM90, warps=10), "warps=10"),
+        (gemm_config(96, 4, 0, FAMILY_GEMM_SM90, warps=12, unroll=3), "unroll=3"),
+        (gemm_config(64, 4, 0, FAMILY_GEMM, warps=12), "warps=12"),
     ):
         with pytest.raises(Pq2Error) as e:
             w.matmul(x, cfg=cfg)

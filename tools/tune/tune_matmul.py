@@ -77,6 +77,12 @@ def search_space(layout, layout_rt, m, parts=SEARCH_CHOICES, warps=None, k=5120)
             for tokens, stages, splits in itertools.product((32, 64, 96, 128), (4, 6), (1, 2, 4)):
                 if k // 128 // splits >= 8:
                     yield (GEMM_SM90, 8, tokens, 8, 1, stages, 0, splits)
+            # wide blocks (a producer warpgroup), one or two groups a consumer iteration
+            for (tokens, unroll), stages, splits in itertools.product(
+                ((96, 1), (96, 2), (128, 1)), (4, 6), (1, 2, 4)
+            ):
+                if k // 128 // splits >= 8:
+                    yield (GEMM_SM90, 8, tokens, 12, unroll, stages, 0, splits)
             # stream-K grids: as many blocks per SM as its launch bounds let stay resident
             for tokens, stages in itertools.product((32, 64, 96, 128), (4, 6)):
                 for blocks in (1, 2) if tokens == 32 else (1,):

@@ -332,6 +332,20 @@ template <int N> __device__ __forceinline__ void wgmma_wait()
     asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 #endif
 }
+// This warpgroup's registers per thread become N (a multiple of 8 in 24..256): dec releases
+// registers to the block's pool, inc waits until the pool holds enough.
+template <int N> __device__ __forceinline__ void setmaxnreg_dec()
+{
+#if PQ2_WGMMA
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N));
+#endif
+}
+template <int N> __device__ __forceinline__ void setmaxnreg_inc()
+{
+#if PQ2_WGMMA
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N));
+#endif
+}
 // Keeps the compiler from moving reads or writes of r across a wgmma fence, commit or wait.
 __device__ __forceinline__ void wgmma_pin(int &r)
 {

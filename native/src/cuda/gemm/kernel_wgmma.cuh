@@ -31,6 +31,15 @@
 // the last of a tile's blocks adds them in block order (streamk_end). Stream-K keeps one block
 // per SM at 64 tokens and up (two at 32): its loop holds more state.
 //
+// Wide blocks (template WIDE, config warps 12; tile grids at 96 and 128 tokens): the producer is
+// a whole warpgroup (384 threads, one block per SM). Its warps share the token constants (warp pw
+// keeps tokens 32 pw .. 32 pw + 31, so the full barrier counts the expect_tx and BN lanes) and
+// setmaxnreg gives the registers it does not need to the two consumer warpgroups, which then hold
+// the group's constants and two accumulator sets. With PAIRS (config unroll 2, 96 tokens) a
+// consumer takes two groups an iteration into two int32 accumulator sets: it issues both groups'
+// wgmmas, waits for the first (wgmma_wait<1>) and promotes it while the second multiplies. Groups
+// are promoted in the same order either way, so every variant gives the narrow block's bits.
+//
 // Promotion (gemm/stage.cuh): the group's int32 product 64 * dot(code, q) plus the token's
 // kBias - 64 * sum(q) is the bits of 1.25 * 2^23 + 64 * dot(code - 1, q); two FFMAs add it to
 // the fp32 accumulator with both scales, exactly as kernel_mma.cuh does (the same bits for the
@@ -43,7 +52,14 @@
 
 namespace pq2_gemm {
 
-constexpr int kWgThreads = kThreads + 32;  // two consumer warpgroups and the producer warp
+// The block's threads: two consumer warpgroups and the producer warp, or a producer warpgroup.
+template <bool WIDE> constexpr int wg_threads()
+{
+    return kThreads + (WIDE ? 128 : 32);
+}
+// A wide block's registers per thread after setmaxnreg: 128 x 56 + 256 x 224 = 64512 of the SM's
+// 65536, what the launch gives 384 threads (168 each).
+constexpr int kWideProducerRegs = 56, kWideConsumerRegs = 224;
 constexpr int kMaxStages = 6;
 // Token constants come in quads of 4 groups, stored in a ring in the order the block meets them
 // (a quad per 4 groups, and one at the start of each segment below). The producer is at most
@@ -270,6 +286,69 @@ __device__ __forceinline__ void produce(const pq2_gemm_problem &p, const wg_maps
     }
 }
 
+// A wide block's producer warp pw (0 .. BN / 32 - 1): produce()'s work, with the token constants of
+// tokens 32 pw + lane only; warp 0's first lane issues the copies.
+struct wg_quad_share {
+    float4 xs;
+    int4 sums;
+};
+
+__device__ __forceinline__ void load_quad_share(const pq2_gemm_problem &p, int tok, int gq,
+                                                wg_quad_share &v)
+{
+    v.xs = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    v.sums = make_int4(0, 0, 0, 0);
+    if (tok < p.m) {
+        const int64_t at = (int64_t)tok * (int)(p.k >> 7) + gq;
+        v.xs = __ldg(reinterpret_cast<const float4 *>(p.xs + at));
+        v.sums = __ldg(reinterpret_cast<const int4 *>(p.sums + at));
+    }
+}
+
+template <int BN>
+__device__ __forceinline__ void store_quad_share(wg_quad<BN> &qd, int tok, const wg_quad_share &v)
+{
+    qd.tc[0][tok] = make_float2(v.xs.x, __int_as_float(token_bias(v.sums.x)));
+    qd.tc[1][tok] = make_float2(v.xs.y, __int_as_float(token_bias(v.sums.y)));
+    qd.tc[2][tok] = make_float2(v.xs.z, __int_as_float(token_bias(v.sums.z)));
+    qd.tc[3][tok] = make_float2(v.xs.w, __int_as_float(token_bias(v.sums.w)));
+}
+
+template <int BN, int STAGES, class Segments>
+__device__ __forceinline__ void
+produce_wide(const pq2_gemm_problem &p, const wg_maps *maps, wg_stage<BN> *stages,
+             wg_quad<BN> *quads, uint64_t *full, uint64_t *empty, Segments segs, int pw, int lane)
+{
+    wg_quad_share v;
+    wg_segment sg;
+    const int tok = 32 * pw + lane;  // in the block
+    int i = 0, r = 0;
+    while (segs.next(p, sg)) {
+        const int tok0 = sg.tb * BN;
+        const int first_tile = (int)((int64_t)sg.rb * kRows / (16 * p.rt));
+        load_quad_share(p, tok0 + tok, sg.g0 / kQuad * kQuad, v);
+        for (int g = sg.g0; g < sg.g1; ++g, ++i) {
+            const int s = i % STAGES, round = i / STAGES;
+            if (round > 0) mbar_wait(&empty[s], (uint32_t)(round - 1) & 1u);
+            wg_stage<BN> &st = stages[s];
+            if (pw == 0 && lane == 0) {
+                mbar_expect_tx(&full[s],
+                               (uint32_t)(sizeof(st.q8) + sizeof(st.codes) + sizeof(st.wscales)));
+                tma_load_2d(&full[s], st.q8, &maps->q8, g * 128, tok0);
+                tma_load_4d(&full[s], st.codes, &maps->codes, 0, 0, g, first_tile);
+                tma_load_4d(&full[s], st.wscales, &maps->scales, 0, 0, g, first_tile);
+            }
+            if (g % kQuad == 0 || g == sg.g0) {
+                const int gq = g / kQuad * kQuad;
+                store_quad_share<BN>(quads[r % kQuads], tok, v);
+                ++r;
+                if (gq + kQuad < sg.g1) load_quad_share(p, tok0 + tok, gq + kQuad, v);
+            }
+            mbar_arrive(&full[s]);  // release: the constants stored above
+        }
+    }
+}
+
 // A consumer warp (sub-tile `warp` of the block): every group of each of the block's segments
 // into acc, which starts at zero for each segment; end(segment, acc) after each.
 template <int BN, int STAGES, class Segments, class End>
@@ -314,6 +393,92 @@ consume(const pq2_gemm_problem &p, wg_stage<BN> *stages, const wg_quad<BN> *quad
             __syncwarp();
             if (lane == 0) mbar_arrive_at(empty0 + 8 * s);
             if (++s == STAGES) s = 0, phase ^= 1;
+        }
+        end(sg, acc);
+    }
+}
+
+// consume() two groups an iteration (a wide block's PAIRS): groups g and g + 1 into two int32
+// accumulator sets, g promoted while g + 1 multiplies; an odd last group alone. The same
+// promotions in the same order as consume(), so the same bits.
+template <int BN, int STAGES, class Segments, class End>
+__device__ __forceinline__ void consume_pairs(const pq2_gemm_problem &p, wg_stage<BN> *stages,
+                                              const wg_quad<BN> *quads, uint64_t *full,
+                                              uint64_t *empty, Segments segs, int warp, int lane,
+                                              float (&acc)[BN / 2], End end)
+{
+    int d0[BN / 2], d1[BN / 2];
+    uint32_t a0f[4][4], a1f[4][4];
+    wg_segment sg;
+    int s = 0, slot = kQuads - 1;
+    uint32_t phase = 0;
+    const uint32_t full0 = pin_if<true>(smem_u32(full)), empty0 = pin_if<true>(smem_u32(empty));
+    const uint32_t stage0 = pin_if<true>(smem_u32(stages));
+    const uint32_t a0 = pin_if<true>(stage0 + a_offset<BN>(warp, lane));
+    const uint32_t scales0 = pin_if<true>(stage0 + scale_offset<BN>(warp, lane));
+    const uint32_t tc0 = pin_if<true>(smem_u32(&quads[0].tc[0][2 * (lane & 3)]));
+    constexpr uint32_t kStage = sizeof(wg_stage<BN>), kQuadBytes = sizeof(wg_quad<BN>);
+    const auto next_stage = [&] {
+        if (++s == STAGES) s = 0, phase ^= 1;
+    };
+    const auto tc_at = [&](int sl, int g) {
+        return tc0 + sl * kQuadBytes + (g & (kQuad - 1)) * (BN * 8);
+    };
+    while (segs.next(p, sg)) {
+#pragma unroll
+        for (int j = 0; j < BN / 2; ++j) acc[j] = 0.0f;
+        int g = sg.g0;
+        for (; g + 1 < sg.g1; g += 2) {
+            if ((g & (kQuad - 1)) == 0 || g == sg.g0) slot = slot == kQuads - 1 ? 0 : slot + 1;
+            const int slot_a = slot;
+            if (((g + 1) & (kQuad - 1)) == 0) slot = slot == kQuads - 1 ? 0 : slot + 1;
+            const int slot_b = slot, s_a = s;
+            const uint32_t so_a = s * kStage;
+            mbar_wait_at(full0 + 8 * s, phase);
+            next_stage();
+            const int s_b = s;
+            const uint32_t so_b = s * kStage;
+            load_a(a0 + so_a, a0f);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                wgmma_u8s8<BN>(d0, a0f[k], wgmma_desc_sw128(stage0 + so_a) + 2 * k, k > 0);
+            wgmma_commit();
+            mbar_wait_at(full0 + 8 * s, phase);
+            next_stage();
+            load_a(a0 + so_b, a1f);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                wgmma_u8s8<BN>(d1, a1f[k], wgmma_desc_sw128(stage0 + so_b) + 2 * k, k > 0);
+            wgmma_commit();
+            wgmma_wait<1>();
+            pin_all(d0);
+            promote<BN>(scales0 + so_a, tc_at(slot_a, g), d0, acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive_at(empty0 + 8 * s_a);
+            wgmma_wait<0>();
+            pin_all(d1);
+            promote<BN>(scales0 + so_b, tc_at(slot_b, g + 1), d1, acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive_at(empty0 + 8 * s_b);
+        }
+        if (g < sg.g1) {
+            if ((g & (kQuad - 1)) == 0 || g == sg.g0) slot = slot == kQuads - 1 ? 0 : slot + 1;
+            mbar_wait_at(full0 + 8 * s, phase);
+            const uint32_t so = s * kStage;
+            load_a(a0 + so, a0f);
+            wgmma_fence();
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                wgmma_u8s8<BN>(d0, a0f[k], wgmma_desc_sw128(stage0 + so) + 2 * k, k > 0);
+            wgmma_commit();
+            wgmma_wait<0>();
+            pin_all(d0);
+            promote<BN>(scales0 + so, tc_at(slot, g), d0, acc);
+            __syncwarp();
+            if (lane == 0) mbar_arrive_at(empty0 + 8 * s);
+            next_stage();
         }
         end(sg, acc);
     }
@@ -367,13 +532,16 @@ constexpr int wg_blocks_per_sm(int bn, bool sk)
     return sk ? (bn == 32 ? 2 : 1) : (bn == 32 ? 3 : bn == 64 ? 2 : 1);
 }
 
-// SK: a stream-K grid (config blocks > 0), else a tile grid (row block, token block, split).
-template <int BN, int STAGES, bool SK>
-__global__ void __launch_bounds__(kWgThreads, wg_blocks_per_sm(BN, SK))
+// SK: a stream-K grid (config blocks > 0), else a tile grid (row block, token block, split);
+// WIDE and PAIRS (tile grids only): the wide block and its two-group consumer (top of the file).
+template <int BN, int STAGES, bool SK, bool WIDE = false, bool PAIRS = false>
+__global__ void __launch_bounds__(wg_threads<WIDE>(), WIDE ? 1 : wg_blocks_per_sm(BN, SK))
     wgmma_kernel(const pq2_gemm_problem p, const __grid_constant__ wg_maps maps)
 {
 #if PQ2_WGMMA
     static_assert(STAGES <= kMaxStages, "one barrier pair per stage");
+    static_assert(!WIDE || (!SK && BN >= 96), "wide blocks: tile grids of 96 or 128 tokens");
+    static_assert(!PAIRS || WIDE, "two groups an iteration need a wide block's registers");
     extern __shared__ __align__(16) uint8_t smem_raw[];
     __shared__ uint64_t full[kMaxStages], empty[kMaxStages];
     const uint32_t raw = smem_u32(smem_raw);
@@ -383,7 +551,8 @@ __global__ void __launch_bounds__(kWgThreads, wg_blocks_per_sm(BN, SK))
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (threadIdx.x == 0) {
         for (int s = 0; s < STAGES; ++s) {
-            mbar_init_count(&full[s], 1 + 32);  // the producer's expect_tx + its lanes
+            // the producer's expect_tx + the lanes that store token constants
+            mbar_init_count(&full[s], 1 + (WIDE ? BN : 32));
             mbar_init_count(&empty[s], kWarps);
         }
         mbar_init_fence();
@@ -397,6 +566,7 @@ __global__ void __launch_bounds__(kWgThreads, wg_blocks_per_sm(BN, SK))
     const auto row_of = [&](int i) { return 16 * warp + gid + 8 * ((i & 3) >> 1); };
     const auto tok_of = [&](int i) { return 8 * (i >> 2) + 2 * tq + (i & 1); };
     const bool consumer = warp < kWarps;
+    const auto no_end = [](const wg_segment &, const float (&)[BN / 2]) {};
     if constexpr (SK) {
         const wg_streamk_segments segs(p);
         if (consumer)
@@ -406,12 +576,29 @@ __global__ void __launch_bounds__(kWgThreads, wg_blocks_per_sm(BN, SK))
                                 });
         else
             produce<BN, STAGES>(p, &maps, stages, quads, full, empty, segs, lane);
+    } else if constexpr (WIDE) {
+        // Each branch has its own epilogue: a shared one is compiled for the producer's registers.
+        const wg_tile_segments segs(p);
+        if (consumer) {
+            setmaxnreg_inc<kWideConsumerRegs>();
+            if constexpr (PAIRS)
+                consume_pairs<BN, STAGES>(p, stages, quads, full, empty, segs, warp, lane, acc,
+                                          no_end);
+            else
+                consume<BN, STAGES>(p, stages, quads, full, empty, segs, warp, lane, acc, no_end);
+            store_tile<BN>(p, acc, row_of, tok_of, true);
+        } else {
+            setmaxnreg_dec<kWideProducerRegs>();
+            if (warp - kWarps < BN / 32)
+                produce_wide<BN, STAGES>(p, &maps, stages, quads, full, empty, segs, warp - kWarps,
+                                         lane);
+            store_tile<BN>(p, acc, row_of, tok_of, false);  // a split's sum needs every thread
+        }
     } else {
         // One segment; every thread, the producer warp too, joins the epilogue.
         const wg_tile_segments segs(p);
         if (consumer)
-            consume<BN, STAGES>(p, stages, quads, full, empty, segs, warp, lane, acc,
-                                [](const wg_segment &, const float (&)[BN / 2]) {});
+            consume<BN, STAGES>(p, stages, quads, full, empty, segs, warp, lane, acc, no_end);
         else
             produce<BN, STAGES>(p, &maps, stages, quads, full, empty, segs, lane);
         store_tile<BN>(p, acc, row_of, tok_of, consumer);

@@ -26,13 +26,13 @@ template <int BM> gemm_fn mma_kernel(int stages)
 
 using wgmma_fn = void (*)(const pq2_gemm_problem, const pq2_gemm::wg_maps);
 
-template <int BN, bool SK> wgmma_fn wgmma_kernel(int stages)
+template <int BN, bool SK, bool WIDE = false, bool PAIRS = false> wgmma_fn wgmma_kernel(int stages)
 {
     switch (stages) {
-    case 3: return pq2_gemm::wgmma_kernel<BN, 3, SK>;
-    case 4: return pq2_gemm::wgmma_kernel<BN, 4, SK>;
-    case 5: return pq2_gemm::wgmma_kernel<BN, 5, SK>;
-    case 6: return pq2_gemm::wgmma_kernel<BN, 6, SK>;
+    case 3: return pq2_gemm::wgmma_kernel<BN, 3, SK, WIDE, PAIRS>;
+    case 4: return pq2_gemm::wgmma_kernel<BN, 4, SK, WIDE, PAIRS>;
+    case 5: return pq2_gemm::wgmma_kernel<BN, 5, SK, WIDE, PAIRS>;
+    case 6: return pq2_gemm::wgmma_kernel<BN, 6, SK, WIDE, PAIRS>;
     default: return nullptr;
     }
 }
@@ -42,9 +42,28 @@ template <int BN> wgmma_fn wgmma_kernel(int stages, bool streamk)
     return streamk ? wgmma_kernel<BN, true>(stages) : wgmma_kernel<BN, false>(stages);
 }
 
+// The sm_90a family's block shapes (config warps, unroll): the consumers and a producer warp
+// (8, 1); wide blocks, a producer warpgroup (12, 1) and with two groups a consumer iteration
+// (12, 2) (gemm/kernel_wgmma.cuh).
+constexpr int kWideWarps = 12;
+
+bool is_wide(const pq2_matmul_config &cfg)
+{
+    return cfg.warps == kWideWarps;
+}
+
 wgmma_fn find_wgmma_kernel(const pq2_matmul_config &cfg)
 {
     const bool sk = cfg.blocks > 0;
+    if (is_wide(cfg)) {
+        if (sk) return nullptr;
+        if (cfg.tokens == 96)
+            return cfg.unroll == 2 ? wgmma_kernel<96, false, true, true>(cfg.stages)
+                                   : wgmma_kernel<96, false, true>(cfg.stages);
+        return cfg.tokens == 128 && cfg.unroll == 1 ? wgmma_kernel<128, false, true>(cfg.stages)
+                                                    : nullptr;
+    }
+    if (cfg.unroll != 1) return nullptr;
     switch (cfg.tokens) {
     case 32: return wgmma_kernel<32>(cfg.stages, sk);
     case 64: return wgmma_kernel<64>(cfg.stages, sk);
@@ -100,6 +119,8 @@ struct gemm_space {
 };
 constexpr gemm_space kPortable = {PQ2_FAMILY_GEMM, "GEMM", {32, 64, 128, 0}, 2, 4};
 constexpr gemm_space kSm90 = {PQ2_FAMILY_GEMM_SM90, "GEMM_SM90", {32, 64, 96, 128}, 3, 6};
+// The (warps, unroll) block shapes; the portable family has the first only.
+constexpr int kShapes[3][2] = {{8, 1}, {kWideWarps, 1}, {kWideWarps, 2}};
 
 bool has_tokens(const gemm_space &space, int tokens)
 {
@@ -152,19 +173,23 @@ pq2_status pq2_gemm_init_device(const char *fn, int cc, int max_smem_optin)
 {
     for (const gemm_space *space : {&kPortable, &kSm90}) {
         if (space == &kSm90 && !pq2_gemm_sm90_runs(cc)) continue;
+        const bool sm90 = space == &kSm90;
         pq2_matmul_config c = {};
         c.family = space->family;
-        for (int tokens : space->tokens)
-            for (int stages = space->min_stages; tokens != 0 && stages <= space->max_stages;
-                 ++stages)
-                for (int blocks = 0; blocks <= (space == &kSm90 ? 1 : 0); ++blocks) {
-                    c.tokens = tokens, c.stages = stages, c.blocks = blocks;
-                    if (smem_bytes(c) <= (size_t)max_smem_optin)
-                        PQ2_CUDA_TRY(
-                            fn, cudaFuncSetAttribute(kernel_of(c),
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                     (int)smem_bytes(c)));
-                }
+        for (const int (&shape)[2] : kShapes)
+            for (int tokens : space->tokens)
+                for (int stages = space->min_stages; tokens != 0 && stages <= space->max_stages;
+                     ++stages)
+                    for (int blocks = 0; blocks <= (sm90 ? 1 : 0); ++blocks) {
+                        c.warps = shape[0], c.unroll = shape[1];
+                        c.tokens = tokens, c.stages = stages, c.blocks = blocks;
+                        if ((sm90 || c.warps == 8) && kernel_of(c) != nullptr &&
+                            smem_bytes(c) <= (size_t)max_smem_optin)
+                            PQ2_CUDA_TRY(fn, cudaFuncSetAttribute(
+                                                 kernel_of(c),
+                                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                 (int)smem_bytes(c)));
+                    }
     }
     return PQ2_OK;
 }
@@ -187,10 +212,12 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
             "%s: the GEMM family (m > %d) reads the tiles layout; repack the weights to tiles "
             "(pyq2 repack --layout tiles)",
             fn, PQ2_ROWBLOCK_MAX_M);
-    if (cfg.row_subtiles != 8 || cfg.warps != 8 || cfg.unroll != 1)
+    if (cfg.row_subtiles != 8 || (cfg.warps != 8 && !(is_sm90(cfg) && is_wide(cfg))) ||
+        cfg.unroll < 1 || cfg.unroll > (is_sm90(cfg) ? 2 : 1))
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
                              "%s: GEMM config row_subtiles=%d warps=%d unroll=%d: the family takes "
-                             "row_subtiles 8, warps 8, unroll 1",
+                             "row_subtiles 8, warps 8, unroll 1 (PQ2_FAMILY_GEMM_SM90 also warps "
+                             "12 with unroll 1 or 2)",
                              fn, (int)cfg.row_subtiles, (int)cfg.warps, (int)cfg.unroll);
     if (cfg.blocks != 0 && !(is_sm90(cfg) && cfg.blocks > 0 && cfg.blocks <= 4 && cfg.splits <= 1))
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
@@ -220,6 +247,12 @@ pq2_status pq2_gemm_check_config(const char *fn, const pq2_matmul_config &cfg, i
     if (cfg.stages < space.min_stages || cfg.stages > space.max_stages)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: %s config stages=%d is not in %d..%d",
                              fn, space.name, (int)cfg.stages, space.min_stages, space.max_stages);
+    if (is_sm90(cfg) && find_wgmma_kernel(cfg) == nullptr)  // tokens and stages are compiled
+        return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT,
+                             "%s: GEMM_SM90 config warps=%d unroll=%d tokens=%d blocks=%d: warps "
+                             "12 runs tile grids (blocks 0) of 96 or 128 tokens, unroll 2 only "
+                             "with warps 12 at 96 tokens",
+                             fn, (int)cfg.warps, (int)cfg.unroll, (int)cfg.tokens, (int)cfg.blocks);
     if (cfg.splits < 0 || cfg.splits > 16)
         return pq2_set_error(PQ2_ERR_INVALID_ARGUMENT, "%s: GEMM config splits=%d is not in 0..16",
                              fn, (int)cfg.splits);
@@ -367,7 +400,9 @@ pq2_status pq2_gemm_launch(const char *fn, const pq2_gemm_problem &p, const pq2_
     if (is_sm90(cfg)) {
         pq2_gemm::wg_maps maps;
         PQ2_CHECK(make_maps(fn, q, cfg.tokens, &maps));
-        pq2_launch l(grid, pq2_gemm::kWgThreads, smem_bytes(cfg), stream, after_kernel);
+        const int threads =
+            is_wide(cfg) ? pq2_gemm::wg_threads<true>() : pq2_gemm::wg_threads<false>();
+        pq2_launch l(grid, threads, smem_bytes(cfg), stream, after_kernel);
         PQ2_CUDA_TRY(fn, cudaLaunchKernelEx(&l.cfg, find_wgmma_kernel(cfg), q, maps));
         return pq2_launch_status(fn);
     }
