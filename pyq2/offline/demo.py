@@ -48,7 +48,7 @@ RANDOM_HEAD_SCALE = 0.25  # head "random": logits of a few units on normed rows
 NEXT_HEAD_SCALE = 0.04  # head "next": the predicted token's logit about 10
 
 
-def _dense_values(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
+def dense_values(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> np.ndarray:
     """The demo's dense tensors, in the file's conventions (FORMATS.md 6.2): norms
     stored as their multipliers (about 1), a decaying recurrence (ssm_a = -exp(A_log) with A_log
     in [log 1, log 16]), a small dt bias, a convolution that passes its input on."""
@@ -64,7 +64,7 @@ def _dense_values(name: str, ne: tuple[int, ...], rng: np.random.Generator) -> n
     return 0.02 * rng.standard_normal(shape)
 
 
-def _tokenizer_keys(vocab: int) -> list[tuple[Any, ...]]:
+def tokenizer_keys(vocab: int) -> list[tuple[Any, ...]]:
     """The tokenizer.* records of a byte-level BPE vocabulary of `vocab` tokens; below
     MIN_VOCAB (the fuzzer's tiny models) placeholder tokens that no tokenizer accepts."""
     out: list[tuple[Any, ...]] = []
@@ -142,7 +142,7 @@ def write_demo_model(
             tensors.append((OutTensor(name, PQ2_0, (k, n), raw.nbytes), raw))
 
     def f32(name, ne):
-        data = _dense_values(name, ne, rng).astype("<f4")
+        data = dense_values(name, ne, rng).astype("<f4")
         tensors.append((OutTensor(name, F32, ne, data.nbytes), data))
 
     folded = []
@@ -162,7 +162,7 @@ def write_demo_model(
         ("general.file_type", V.UINT32, 141),  # LLAMA_FTYPE_MOSTLY_PQ2_0
         ("general.quantization_version", V.UINT32, 2),
         *arch_keys[1:],
-        *_tokenizer_keys(vocab),
+        *tokenizer_keys(vocab),
     ]
     types = {str: V.STRING, bool: V.BOOL, int: V.UINT32}
     for key, value in contract_keys(HADAMARD_BLOCK, signs, folded, ["token_embd.weight"], True):
