@@ -174,8 +174,9 @@ PQ2_API pq2_status pq2_quantize_q8_cuda(const void *x, int32_t x_dtype, int64_t 
                                         const pq2_q8 *out, void *stream);
 /* Launch configuration of a matmul. Hosts normally pass NULL and get the dispatcher's choice
  * (a table tuned per shape and m, with a fallback for other shapes); the tuner and tests pass
- * explicit values. A configuration the build has no kernel for, or that does not fit the device,
- * is refused with PQ2_ERR_UNSUPPORTED naming the values. The fields per family:
+ * explicit values. A configuration outside its family's fields below is refused with
+ * PQ2_ERR_INVALID_ARGUMENT; one the build has no kernel for, or that does not fit the device, with
+ * PQ2_ERR_UNSUPPORTED; both name the values. The fields per family:
  *
  *  field         PQ2_FAMILY_ROWBLOCK (m <= 16; planes, tiles)    PQ2_FAMILY_GEMM (any m; tiles)
  *  row_subtiles  16-row sub-tiles per row block: 1, 2, 4 (*)    8 (128 weight rows per block)

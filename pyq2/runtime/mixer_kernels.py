@@ -29,8 +29,9 @@ over its state, written back where it was read:
 On compute capability 9.0 and newer the decode kernels launch with programmatic dependent
 launch (pdl()): a kernel's programs start while the kernel before it finishes, wait for it
 (griddepcontrol.wait) before they read anything it or an earlier kernel wrote, then let the next
-kernel launch. Only gdn_decode does work before its wait, for small grids: it loads the
-recurrent state, which no kernel of the same step writes before it.
+kernel launch. Two do work before their wait, on what no kernel of the same step writes before
+them: gdn_decode loads the recurrent state (small grids) and the side projections' weight rows,
+and attention_decode prefetches its chunk's cached keys and values into L2.
 
 Importing this module needs triton; pyq2.runtime.mixers imports it only on CUDA.
 """
@@ -514,7 +515,8 @@ def attention_chunk(batch: int) -> int:
 
 class AttentionScratch:
     """The partial softmax sums of every chunk of a decode step (shared by the attention layers,
-    which run one after another): B x H x chunks of the context, room for the smallest chunk."""
+    which run one after another): B x H x chunks of the context, room for the smallest chunk
+    (B x H x context / 64 x (head_dim + 2) floats)."""
 
     def __init__(self, batch: int, n_head: int, head_dim: int, context: int, device: Any):
         torch = require_torch()
@@ -549,7 +551,7 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), scratch.n_chunks, scale, d.eps,
         H=d.n_head, G=group, BG=max(16, triton.next_power_of_2(group)), D=d.head_dim,
         HALF=rope.half, NROT=rope.n_rot, BS=chunk, PDL=p, LINE=line,
-        LINES=max(1, d.head_dim // line),        num_warps=ATTENTION_WARPS, launch_pdl=p,
+        LINES=max(1, d.head_dim // line), num_warps=ATTENTION_WARPS, launch_pdl=p,
     )  # fmt: skip
     _attention_merge[(d.n_head, b)](
         q_gate, positions, scratch.m, scratch.l, scratch.acc, out, q_gate.stride(0),

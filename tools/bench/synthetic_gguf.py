@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Write a GGUF file of a preset's shapes with random ternary weights (pyq2.offline.synthetic):
 the 27B-shaped model that `pyq2 generate` runs without a download. The bonsai-2-27b file is
-6.8 GB; progress goes to stderr.
+7.2 GB; progress goes to stderr.
 
     python3 tools/bench/synthetic_gguf.py bonsai-2-27b /tmp/synthetic-27b.gguf
     pyq2 generate /tmp/synthetic-27b.gguf -p "The ship came back" -n 256 --json

@@ -286,8 +286,7 @@ __device__ __forceinline__ void produce(const pq2_gemm_problem &p, const wg_maps
     }
 }
 
-// A wide block's producer warp pw (0 .. BN / 32 - 1): produce()'s work, with the token constants of
-// tokens 32 pw + lane only; warp 0's first lane issues the copies.
+// A wide block's producer lane's share of one quad: its token's scales and sums for 4 groups.
 struct wg_quad_share {
     float4 xs;
     int4 sums;
@@ -314,6 +313,8 @@ __device__ __forceinline__ void store_quad_share(wg_quad<BN> &qd, int tok, const
     qd.tc[3][tok] = make_float2(v.xs.w, __int_as_float(token_bias(v.sums.w)));
 }
 
+// A wide block's producer warp pw (0 .. BN / 32 - 1): produce()'s work, with the token constants of
+// tokens 32 pw + lane only; warp 0's first lane issues the copies.
 template <int BN, int STAGES, class Segments>
 __device__ __forceinline__ void
 produce_wide(const pq2_gemm_problem &p, const wg_maps *maps, wg_stage<BN> *stages,
