@@ -27,7 +27,15 @@ import time
 from collections.abc import Sequence
 
 from . import __version__, interrupts
-from .errors import LINE_CHARS, FormatError, Interrupted, Pq2Error, escaped, shown_path
+from .errors import (
+    LINE_CHARS,
+    FormatError,
+    Interrupted,
+    Pq2Error,
+    escaped,
+    shown_path,
+    terminal_text,
+)
 
 PROG = "pyq2"
 
@@ -143,7 +151,6 @@ def _cmd_generate(args) -> int:
 
     from .runtime.generate import Options, Timings, encode_prompts, generate
     from .runtime.open_model import open_model
-    from .text.sampling import SamplingParams
 
     if (args.prompt is None) == (args.file is None):
         args.usage_error(
@@ -156,26 +163,17 @@ def _cmd_generate(args) -> int:
             raise ValueError(f"{args.file} holds no prompt (one prompt a line)")
     else:
         prompts = [args.prompt]
-    if args.n < 0:
-        args.usage_error(f"-n {args.n}: the number of tokens to generate is at least 0")
-    if args.ctx is not None and args.ctx < 2:
-        args.usage_error(f"--ctx {args.ctx}: the context holds at least 2 tokens")
-    params = SamplingParams(
-        temperature=args.temp,
-        top_k=args.top_k,
-        top_p=args.top_p,
-        repetition_penalty=args.repeat_penalty,
-        seed=args.seed,
-    )
+    params = _sampling_params(args, least=0)
     options = Options(args.n, params, tuple(args.stop), args.chat, args.system, args.ignore_eos)
     model = open_model(args.model, device=args.device, context=args.ctx, batch=len(prompts))
     ids = encode_prompts(model.tokenizer, prompts, options, model.chat_template)
     stream = len(prompts) == 1 and not args.json
     timings = Timings()
+    shown = _for_stdout()
 
     def on_text(i: int, text: str) -> None:
         if stream:
-            sys.stdout.write(text)
+            sys.stdout.write(shown(text))
             sys.stdout.flush()
 
     try:
@@ -201,11 +199,67 @@ def _cmd_generate(args) -> int:
         print()
     else:
         for i, s in enumerate(seqs):
-            print(f"--- {i + 1}: {prompts[i]}")
-            print(s.text)
+            print(f"--- {i + 1}: {shown(prompts[i])}")
+            print(shown(s.text))
     for line in timings.lines():
         print(f"{PROG}: {line}", file=sys.stderr)
     return 0
+
+
+def _sampling_params(args, least: int):
+    """The sampling options of generate and chat, checked (-n at least `least`)."""
+    from .text.sampling import SamplingParams
+
+    if args.n < least:
+        args.usage_error(f"-n {args.n}: the number of tokens to generate is at least {least}")
+    if args.ctx is not None and args.ctx < 2:
+        args.usage_error(f"--ctx {args.ctx}: the context holds at least 2 tokens")
+    return SamplingParams(
+        temperature=args.temp,
+        top_k=args.top_k,
+        top_p=args.top_p,
+        repetition_penalty=args.repeat_penalty,
+        seed=args.seed,
+    )
+
+
+def _for_stdout():
+    """How generated text goes to stdout: as it is into a pipe or file, through terminal_text
+    into a terminal (no escape sequence of the model's reaches it)."""
+    try:
+        tty = sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    return terminal_text if tty else (lambda text: text)
+
+
+def _cmd_chat(args) -> int:
+    from .runtime.conversation import chat_loop
+    from .runtime.generate import Options
+    from .runtime.open_model import open_model
+
+    params = _sampling_params(args, least=1)
+    options = Options(args.n, params, tuple(args.stop), False, args.system, False)
+    model = open_model(args.model, device=args.device, context=args.ctx, batch=1)
+    tty_in = sys.stdin.isatty()
+    shown = _for_stdout()
+    _notice(
+        f"chat with {args.model} on {model.backend.name}: a line is a message; /reset starts "
+        "again, /exit or the end of the input (Ctrl-D) ends"
+    )
+
+    def read_line() -> str | None:
+        if tty_in:
+            sys.stderr.write("> ")
+            sys.stderr.flush()
+        line = sys.stdin.readline()
+        return line if line else None
+
+    def write(text: str) -> None:
+        sys.stdout.write(shown(text))
+        sys.stdout.flush()
+
+    return chat_loop(model, options, read_line, write, _notice)
 
 
 def _cmd_repack(args) -> int:
@@ -370,14 +424,35 @@ class _Parser(argparse.ArgumentParser):
             super().print_help(file)
 
 
+def _generation_arguments(p: argparse.ArgumentParser, n_help: str, n_default: int) -> None:
+    """The sampling, stop, context and device options of generate and chat."""
+    p.add_argument("-n", type=int, default=n_default, help=n_help)
+    p.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default)")
+    p.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (0: off)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1: off)")
+    p.add_argument("--repeat-penalty", type=float, default=1.0, help="repetition penalty (1: off)")
+    p.add_argument("--seed", type=int, help="seed of the sampler (default: fresh entropy)")
+    p.add_argument(
+        "--stop", action="append", default=[], metavar="TEXT", help="stop at TEXT (repeatable)"
+    )
+    p.add_argument("--ctx", type=int, help="context length (default: the model's, at most 4096)")
+    p.add_argument(
+        "--device",
+        choices=("auto", "cpu", "gpu"),
+        default="auto",
+        help="where to run: the GPU when one is usable, else the CPU (small models only)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     from .plan.decode import PRESETS
     from .spec import layouts
 
     p = _Parser(
         prog=PROG,
-        description="PQ2_0 ternary weights: generate text from a ternary qwen35 model, repack GGUF "
-        "files into GPU layouts, inspect and verify them, run the demo, time a model on the GPU.",
+        description="PQ2_0 ternary weights: generate text from a ternary qwen35 model or chat with "
+        "it, repack GGUF files into GPU layouts, inspect and verify them, run the demo, time a "
+        "model on the GPU.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -391,28 +466,20 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("model", metavar="MODEL.gguf")
     gen.add_argument("-p", "--prompt", help="the prompt text")
     gen.add_argument("-f", "--file", help="a file of prompts, one a line, run as one batch")
-    gen.add_argument("-n", type=int, default=64, help="tokens to generate at most (default 64)")
-    gen.add_argument("--temp", type=float, default=0.0, help="temperature; 0 is greedy (default)")
-    gen.add_argument("--top-k", type=int, default=0, help="keep the k likeliest tokens (0: off)")
-    gen.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling (1: off)")
-    gen.add_argument(
-        "--repeat-penalty", type=float, default=1.0, help="repetition penalty (1: off)"
-    )
-    gen.add_argument("--seed", type=int, help="seed of the sampler (default: fresh entropy)")
-    gen.add_argument(
-        "--stop", action="append", default=[], metavar="TEXT", help="stop at TEXT (repeatable)"
-    )
+    _generation_arguments(gen, "tokens to generate at most (default 64)", 64)
     gen.add_argument("--chat", action="store_true", help="apply the file's chat template")
     gen.add_argument("--ignore-eos", action="store_true", help="go on past end-of-sequence tokens")
     gen.add_argument("--system", help="a system message (with --chat)")
-    gen.add_argument("--ctx", type=int, help="context length (default: the model's, at most 4096)")
-    gen.add_argument(
-        "--device",
-        choices=("auto", "cpu", "gpu"),
-        default="auto",
-        help="where to run: the GPU when one is usable, else the CPU (small models only)",
-    )
     gen.add_argument("--json", action="store_true", help="print the results and timings as JSON")
+
+    chat = sub.add_parser(
+        "chat",
+        help="talk with a qwen35 GGUF model through its chat template, a line a message",
+    )
+    chat.set_defaults(usage_error=chat.error, func=_cmd_chat)
+    chat.add_argument("model", metavar="MODEL.gguf")
+    _generation_arguments(chat, "tokens a reply has at most (default 256)", 256)
+    chat.add_argument("--system", help="the system message")
 
     r = sub.add_parser(
         "repack",

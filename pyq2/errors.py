@@ -91,6 +91,14 @@ def escaped(text: str, limit: int | None = None) -> str:
     return f"{head}... ({len(text)} chars)" if cut else head
 
 
+def terminal_text(text: str) -> str:
+    """Generated text for a terminal: what `escaped` escapes, except line breaks and tabs, which
+    are the text's own layout."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() or c in "\n\t" else _escape_char(c) for c in text)
+
+
 def shown_path(path) -> str:
     """A path for a message: as it is when every character is printable, else quoted as a shell
     (and GNU ls) writes it, $'...' with the escapes of `escaped`, so that it stays on one line,

@@ -113,6 +113,13 @@ def deferred() -> Iterator[None]:
             raise Interrupted(_signum)
 
 
+def resume() -> None:
+    """The caught signal was handled and the command goes on (`pyq2 chat` stops a reply on
+    Ctrl-C and waits for the next line): the next signal raises again."""
+    global _signum, _pending
+    _signum, _pending = None, False
+
+
 def caught() -> int | None:
     """The signal the handlers caught in this run, if any: an exception that follows it (a
     module whose import a signal cut, such as numpy's, raises ImportError instead) is the

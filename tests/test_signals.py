@@ -229,3 +229,26 @@ def test_two_writers_without_force_one_wins(tmp_path, big):
     assert err == f"pyq2: error: output {out} exists (use --force to overwrite)\n"
     assert listing(tmp_path) == ["o.gguf"]
     assert filecmp.cmp(out, big, shallow=False)  # raw layout: the input's bytes, complete
+
+
+def test_a_resumed_interruption_lets_the_next_signal_raise_again():
+    """pyq2.interrupts.resume (pyq2 chat goes on after a Ctrl-C that stopped a reply): only the
+    first signal raises until then; after resume() the next one raises too."""
+    from pyq2 import interrupts
+    from pyq2.errors import Interrupted
+
+    assert interrupts.install()
+    try:
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+        assert interrupts.caught() == signal.SIGINT
+        os.kill(os.getpid(), signal.SIGINT)  # a second one while stopping is dropped
+        time.sleep(0.05)
+        interrupts.resume()
+        assert interrupts.caught() is None
+        with pytest.raises(Interrupted):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(1)
+    finally:
+        interrupts.uninstall()
