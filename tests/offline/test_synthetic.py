@@ -2,6 +2,10 @@
 reads, verifies and generates from (the tiny preset here; the 27B's file the same way on the
 GPU machine)."""
 
+import json
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -14,7 +18,7 @@ from pyq2.runtime.generate import Options, encode_prompts, generate
 from pyq2.runtime.open_model import open_model
 from pyq2.spec import formats
 
-from ..conftest import run_pyq2
+from ..conftest import ROOT, run_pyq2, subprocess_env
 
 
 @pytest.fixture(scope="module")
@@ -78,3 +82,16 @@ def test_an_existing_file_is_kept_unless_forced_and_an_unknown_preset_refused(ti
     assert out.read_bytes() != b"keep"
     with pytest.raises(ValueError, match="bonsai-2-27b"):
         write_synthetic_model(tmp_path / "y.gguf", "nope")
+
+
+def test_the_generate_benchmark_runs_the_command_on_a_synthetic_file(tmp_path):
+    out = tmp_path / "generate.json"
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "bench" / "bench_generate.py"), "--preset", "tiny",
+         "--prompt", "64", "-n", "6", "--device", "cpu", "--json", str(out)],
+        capture_output=True, text=True, env=subprocess_env(), timeout=300,
+    )  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    res = json.loads(out.read_text())
+    assert res["tokens"] == 6 and res["finish"] == "length" and res["write_s"] > 0
+    assert 40 <= res["timings"]["prompt_tokens"] <= 90 and res["timings"]["decode_tokens"] == 5

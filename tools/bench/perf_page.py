@@ -29,7 +29,11 @@ README = ROOT / "README.md"
 BEGIN, END = "<!-- perf:begin -->", "<!-- perf:end -->"
 
 NAME = re.compile(r"^(?P<kind>[a-z0-9-]+?)-(?P<date>\d{4}-\d{2}-\d{2})(?:-(?P<tag>[a-z0-9-]+))?$")
-EVIDENCE = ("ab-house", "tune")  # results NOTES.md cites; no section of the page reads them
+EVIDENCE = (
+    "ab-house",
+    "generate",
+    "tune",
+)  # results NOTES.md cites; no section of the page reads them
 KINDS = (  # the kinds the page reads, with the tool that writes each
     ("pyq2-bench-27b-fused", "`pyq2 bench --synthetic bonsai-2-27b --prompt 2048 --json F`"),
     ("pyq2-bench-27b-separate", "`pyq2 bench --synthetic bonsai-2-27b --no-fuse --json F`"),
