@@ -158,21 +158,23 @@ template <int N> __device__ __forceinline__ void pin_all(int (&d)[N])
     for (int i = 0; i < N; ++i) wgmma_pin(d[i]);
 }
 
-// A producer lane's share of one quad: the scales and sums of its tokens (lane, lane + 32, ...)
-// for 4 groups, loaded a quad before they are stored.
-template <int BN> struct wg_quad_values {
-    float4 xs[BN / 32];
-    int4 sums[BN / 32];
+// A producer lane's share of one quad: the scales and sums of its NT tokens (first, first + 32,
+// ...) for 4 groups, loaded a quad before they are stored. The producer warp of a narrow block
+// keeps tokens lane + 32 i (NT = BN / 32), warp pw of a wide block's producer warpgroup token
+// 32 pw + lane (NT = 1).
+template <int NT> struct wg_quad_values {
+    float4 xs[NT];
+    int4 sums[NT];
 };
 
-template <int BN>
-__device__ __forceinline__ void load_quad(const pq2_gemm_problem &p, int tok0, int gq, int lane,
-                                          wg_quad_values<BN> &v)
+template <int NT>
+__device__ __forceinline__ void load_quad(const pq2_gemm_problem &p, int tok0, int gq, int first,
+                                          wg_quad_values<NT> &v)
 {
     const int groups = (int)(p.k >> 7);
 #pragma unroll
-    for (int i = 0; i < BN / 32; ++i) {
-        const int tok = tok0 + lane + 32 * i;
+    for (int i = 0; i < NT; ++i) {
+        const int tok = tok0 + first + 32 * i;
         v.xs[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         v.sums[i] = make_int4(0, 0, 0, 0);
         if (tok < p.m) {
@@ -183,12 +185,12 @@ __device__ __forceinline__ void load_quad(const pq2_gemm_problem &p, int tok0, i
     }
 }
 
-template <int BN>
-__device__ __forceinline__ void store_quad(wg_quad<BN> &qd, int lane, const wg_quad_values<BN> &v)
+template <int BN, int NT>
+__device__ __forceinline__ void store_quad(wg_quad<BN> &qd, int first, const wg_quad_values<NT> &v)
 {
 #pragma unroll
-    for (int i = 0; i < BN / 32; ++i) {
-        const int tok = lane + 32 * i;
+    for (int i = 0; i < NT; ++i) {
+        const int tok = first + 32 * i;
         qd.tc[0][tok] = make_float2(v.xs[i].x, __int_as_float(token_bias(v.sums[i].x)));
         qd.tc[1][tok] = make_float2(v.xs[i].y, __int_as_float(token_bias(v.sums[i].y)));
         qd.tc[2][tok] = make_float2(v.xs[i].z, __int_as_float(token_bias(v.sums[i].z)));
@@ -250,25 +252,26 @@ struct wg_streamk_segments {
     }
 };
 
-// The producer warp: every group of the block's segments into its stage once the consumers have
-// emptied it, and at each group that starts a quad (or a segment), the quad's token constants.
-template <int BN, int STAGES, class Segments>
+// A producer warp: every group of the block's segments into its stage once the consumers have
+// emptied it (the copies issued by the lane that is `copier`), and at each group that starts a
+// quad (or a segment), its tokens' share of the quad's token constants (wg_quad_values).
+template <int BN, int STAGES, int NT, class Segments>
 __device__ __forceinline__ void produce(const pq2_gemm_problem &p, const wg_maps *maps,
                                         wg_stage<BN> *stages, wg_quad<BN> *quads, uint64_t *full,
-                                        uint64_t *empty, Segments segs, int lane)
+                                        uint64_t *empty, Segments segs, int first, bool copier)
 {
-    wg_quad_values<BN> v;
+    wg_quad_values<NT> v;
     wg_segment sg;
     int i = 0, r = 0;  // the block's group and quad sequence numbers
     while (segs.next(p, sg)) {
         const int tok0 = sg.tb * BN;
         const int first_tile = (int)((int64_t)sg.rb * kRows / (16 * p.rt));
-        load_quad<BN>(p, tok0, sg.g0 / kQuad * kQuad, lane, v);
+        load_quad<NT>(p, tok0, sg.g0 / kQuad * kQuad, first, v);
         for (int g = sg.g0; g < sg.g1; ++g, ++i) {
             const int s = i % STAGES, round = i / STAGES;
             if (round > 0) mbar_wait(&empty[s], (uint32_t)(round - 1) & 1u);
             wg_stage<BN> &st = stages[s];
-            if (lane == 0) {
+            if (copier) {
                 mbar_expect_tx(&full[s],
                                (uint32_t)(sizeof(st.q8) + sizeof(st.codes) + sizeof(st.wscales)));
                 tma_load_2d(&full[s], st.q8, &maps->q8, g * 128, tok0);
@@ -277,73 +280,9 @@ __device__ __forceinline__ void produce(const pq2_gemm_problem &p, const wg_maps
             }
             if (g % kQuad == 0 || g == sg.g0) {
                 const int gq = g / kQuad * kQuad;
-                store_quad<BN>(quads[r % kQuads], lane, v);
+                store_quad<BN, NT>(quads[r % kQuads], first, v);
                 ++r;
-                if (gq + kQuad < sg.g1) load_quad<BN>(p, tok0, gq + kQuad, lane, v);
-            }
-            mbar_arrive(&full[s]);  // release: the constants stored above
-        }
-    }
-}
-
-// A wide block's producer lane's share of one quad: its token's scales and sums for 4 groups.
-struct wg_quad_share {
-    float4 xs;
-    int4 sums;
-};
-
-__device__ __forceinline__ void load_quad_share(const pq2_gemm_problem &p, int tok, int gq,
-                                                wg_quad_share &v)
-{
-    v.xs = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    v.sums = make_int4(0, 0, 0, 0);
-    if (tok < p.m) {
-        const int64_t at = (int64_t)tok * (int)(p.k >> 7) + gq;
-        v.xs = __ldg(reinterpret_cast<const float4 *>(p.xs + at));
-        v.sums = __ldg(reinterpret_cast<const int4 *>(p.sums + at));
-    }
-}
-
-template <int BN>
-__device__ __forceinline__ void store_quad_share(wg_quad<BN> &qd, int tok, const wg_quad_share &v)
-{
-    qd.tc[0][tok] = make_float2(v.xs.x, __int_as_float(token_bias(v.sums.x)));
-    qd.tc[1][tok] = make_float2(v.xs.y, __int_as_float(token_bias(v.sums.y)));
-    qd.tc[2][tok] = make_float2(v.xs.z, __int_as_float(token_bias(v.sums.z)));
-    qd.tc[3][tok] = make_float2(v.xs.w, __int_as_float(token_bias(v.sums.w)));
-}
-
-// A wide block's producer warp pw (0 .. BN / 32 - 1): produce()'s work, with the token constants of
-// tokens 32 pw + lane only; warp 0's first lane issues the copies.
-template <int BN, int STAGES, class Segments>
-__device__ __forceinline__ void
-produce_wide(const pq2_gemm_problem &p, const wg_maps *maps, wg_stage<BN> *stages,
-             wg_quad<BN> *quads, uint64_t *full, uint64_t *empty, Segments segs, int pw, int lane)
-{
-    wg_quad_share v;
-    wg_segment sg;
-    const int tok = 32 * pw + lane;  // in the block
-    int i = 0, r = 0;
-    while (segs.next(p, sg)) {
-        const int tok0 = sg.tb * BN;
-        const int first_tile = (int)((int64_t)sg.rb * kRows / (16 * p.rt));
-        load_quad_share(p, tok0 + tok, sg.g0 / kQuad * kQuad, v);
-        for (int g = sg.g0; g < sg.g1; ++g, ++i) {
-            const int s = i % STAGES, round = i / STAGES;
-            if (round > 0) mbar_wait(&empty[s], (uint32_t)(round - 1) & 1u);
-            wg_stage<BN> &st = stages[s];
-            if (pw == 0 && lane == 0) {
-                mbar_expect_tx(&full[s],
-                               (uint32_t)(sizeof(st.q8) + sizeof(st.codes) + sizeof(st.wscales)));
-                tma_load_2d(&full[s], st.q8, &maps->q8, g * 128, tok0);
-                tma_load_4d(&full[s], st.codes, &maps->codes, 0, 0, g, first_tile);
-                tma_load_4d(&full[s], st.wscales, &maps->scales, 0, 0, g, first_tile);
-            }
-            if (g % kQuad == 0 || g == sg.g0) {
-                const int gq = g / kQuad * kQuad;
-                store_quad_share<BN>(quads[r % kQuads], tok, v);
-                ++r;
-                if (gq + kQuad < sg.g1) load_quad_share(p, tok0 + tok, gq + kQuad, v);
+                if (gq + kQuad < sg.g1) load_quad<NT>(p, tok0, gq + kQuad, first, v);
             }
             mbar_arrive(&full[s]);  // release: the constants stored above
         }
@@ -425,6 +364,21 @@ __device__ __forceinline__ void consume_pairs(const pq2_gemm_problem &p, wg_stag
     const auto tc_at = [&](int sl, int g) {
         return tc0 + sl * kQuadBytes + (g & (kQuad - 1)) * (BN * 8);
     };
+    // group g's wgmmas (in stage offset so) into d, committed; and its promotion once retired
+    const auto issue = [&](int (&d)[BN / 2], uint32_t (&af)[4][4], uint32_t so) {
+        load_a(a0 + so, af);
+        wgmma_fence();
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            wgmma_u8s8<BN>(d, af[k], wgmma_desc_sw128(stage0 + so) + 2 * k, k > 0);
+        wgmma_commit();
+    };
+    const auto retire = [&](int (&d)[BN / 2], uint32_t so, uint32_t tc, int stage) {
+        pin_all(d);
+        promote<BN>(scales0 + so, tc, d, acc);
+        __syncwarp();
+        if (lane == 0) mbar_arrive_at(empty0 + 8 * stage);
+    };
     while (segs.next(p, sg)) {
 #pragma unroll
         for (int j = 0; j < BN / 2; ++j) acc[j] = 0.0f;
@@ -439,46 +393,22 @@ __device__ __forceinline__ void consume_pairs(const pq2_gemm_problem &p, wg_stag
             next_stage();
             const int s_b = s;
             const uint32_t so_b = s * kStage;
-            load_a(a0 + so_a, a0f);
-            wgmma_fence();
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                wgmma_u8s8<BN>(d0, a0f[k], wgmma_desc_sw128(stage0 + so_a) + 2 * k, k > 0);
-            wgmma_commit();
+            issue(d0, a0f, so_a);
             mbar_wait_at(full0 + 8 * s, phase);
             next_stage();
-            load_a(a0 + so_b, a1f);
-            wgmma_fence();
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                wgmma_u8s8<BN>(d1, a1f[k], wgmma_desc_sw128(stage0 + so_b) + 2 * k, k > 0);
-            wgmma_commit();
+            issue(d1, a1f, so_b);
             wgmma_wait<1>();
-            pin_all(d0);
-            promote<BN>(scales0 + so_a, tc_at(slot_a, g), d0, acc);
-            __syncwarp();
-            if (lane == 0) mbar_arrive_at(empty0 + 8 * s_a);
+            retire(d0, so_a, tc_at(slot_a, g), s_a);
             wgmma_wait<0>();
-            pin_all(d1);
-            promote<BN>(scales0 + so_b, tc_at(slot_b, g + 1), d1, acc);
-            __syncwarp();
-            if (lane == 0) mbar_arrive_at(empty0 + 8 * s_b);
+            retire(d1, so_b, tc_at(slot_b, g + 1), s_b);
         }
         if (g < sg.g1) {
             if ((g & (kQuad - 1)) == 0 || g == sg.g0) slot = slot == kQuads - 1 ? 0 : slot + 1;
             mbar_wait_at(full0 + 8 * s, phase);
             const uint32_t so = s * kStage;
-            load_a(a0 + so, a0f);
-            wgmma_fence();
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                wgmma_u8s8<BN>(d0, a0f[k], wgmma_desc_sw128(stage0 + so) + 2 * k, k > 0);
-            wgmma_commit();
+            issue(d0, a0f, so);
             wgmma_wait<0>();
-            pin_all(d0);
-            promote<BN>(scales0 + so, tc_at(slot, g), d0, acc);
-            __syncwarp();
-            if (lane == 0) mbar_arrive_at(empty0 + 8 * s);
+            retire(d0, so, tc_at(slot, g), s);
             next_stage();
         }
         end(sg, acc);
@@ -576,7 +506,8 @@ __global__ void __launch_bounds__(wg_threads<WIDE>(), WIDE ? 1 : wg_blocks_per_s
                                     streamk_end<BN>(p, sg, a, row_of, tok_of);
                                 });
         else
-            produce<BN, STAGES>(p, &maps, stages, quads, full, empty, segs, lane);
+            produce<BN, STAGES, BN / 32>(p, &maps, stages, quads, full, empty, segs, lane,
+                                         lane == 0);
     } else if constexpr (WIDE) {
         // Each branch has its own epilogue: a shared one is compiled for the producer's registers.
         const wg_tile_segments segs(p);
@@ -591,8 +522,8 @@ __global__ void __launch_bounds__(wg_threads<WIDE>(), WIDE ? 1 : wg_blocks_per_s
         } else {
             setmaxnreg_dec<kWideProducerRegs>();
             if (warp - kWarps < BN / 32)
-                produce_wide<BN, STAGES>(p, &maps, stages, quads, full, empty, segs, warp - kWarps,
-                                         lane);
+                produce<BN, STAGES, 1>(p, &maps, stages, quads, full, empty, segs,
+                                       32 * (warp - kWarps) + lane, warp == kWarps && lane == 0);
             store_tile<BN>(p, acc, row_of, tok_of, false);  // a split's sum needs every thread
         }
     } else {
@@ -601,7 +532,8 @@ __global__ void __launch_bounds__(wg_threads<WIDE>(), WIDE ? 1 : wg_blocks_per_s
         if (consumer)
             consume<BN, STAGES>(p, stages, quads, full, empty, segs, warp, lane, acc, no_end);
         else
-            produce<BN, STAGES>(p, &maps, stages, quads, full, empty, segs, lane);
+            produce<BN, STAGES, BN / 32>(p, &maps, stages, quads, full, empty, segs, lane,
+                                         lane == 0);
         store_tile<BN>(p, acc, row_of, tok_of, consumer);
     }
 #else
