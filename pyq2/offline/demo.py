@@ -155,27 +155,37 @@ def write_demo_model(
             if name != "token_embd.weight":
                 folded.append(name)
 
+    records = model_records(dims, "pyq2 demo (Bonsai-like)", HADAMARD_BLOCK, signs, folded)
+    atomic.check_output(os.fspath(path), force)
+    with atomic.atomic_output(path, force=force) as staged:
+        gguf_io.write_gguf(staged, records, [t for t, _ in tensors], lambda i, t: (tensors[i][1],))
+    return Path(path)
+
+
+def model_records(
+    dims: Dims, name: str, block: int, signs: dict[int, Any], folded: list[str]
+) -> list[Any]:
+    """The metadata records of a generated folded qwen35 file of `dims`: the architecture's
+    keys, the name, PQ2_0 as the file type, the tokenizer (tokenizer_keys) and the rotation
+    contract of `block` with explicit `signs` over the `folded` weights (the token embedding
+    folded with the inverse)."""
     arch_keys = [gguf_io.typed(k, v) for k, v in dims.keys(ARCH).items()]
     kv: list[tuple[Any, ...]] = [
         *arch_keys[:1],
-        ("general.name", V.STRING, "pyq2 demo (Bonsai-like)"),
+        ("general.name", V.STRING, name),
         ("general.file_type", V.UINT32, 141),  # LLAMA_FTYPE_MOSTLY_PQ2_0
         ("general.quantization_version", V.UINT32, 2),
         *arch_keys[1:],
-        *tokenizer_keys(vocab),
+        *tokenizer_keys(dims.vocab),
     ]
     types = {str: V.STRING, bool: V.BOOL, int: V.UINT32}
-    for key, value in contract_keys(HADAMARD_BLOCK, signs, folded, ["token_embd.weight"], True):
+    for key, value in contract_keys(block, signs, folded, ["token_embd.weight"], True):
         if isinstance(value, (list, np.ndarray)):
             is_str = len(value) and isinstance(value[0], str)
             kv.append((key, V.ARRAY, value, V.STRING if is_str else V.INT32))
         else:
             kv.append((key, types[type(value)], value))
-    records = [gguf_io.encode_kv(*item) for item in kv]
-    atomic.check_output(os.fspath(path), force)
-    with atomic.atomic_output(path, force=force) as staged:
-        gguf_io.write_gguf(staged, records, [t for t, _ in tensors], lambda i, t: (tensors[i][1],))
-    return Path(path)
+    return [gguf_io.encode_kv(*item) for item in kv]
 
 
 def write_float_twin(src, path) -> Path:

@@ -22,13 +22,11 @@ import numpy as np
 
 from .. import atomic
 from ..gguf import io as gguf_io
-from ..gguf.io import GGUFValueType as V
 from ..gguf.io import OutTensor
 from ..gguf.types import F32, PQ2_0
 from ..plan.decode import PRESETS, Dims
 from ..spec import formats
-from ..spec.rotation import contract_keys
-from .demo import ARCH, dense_values, tokenizer_keys
+from .demo import dense_values, model_records
 
 SCALE = 0.01  # every PQ2_0 block's scale
 ROTATION_BLOCK = 1024  # where it divides every input width, else 128
@@ -130,23 +128,8 @@ def write_synthetic_model(
             if progress is not None:
                 progress(done, total)
 
-    arch_keys = [gguf_io.typed(k, v) for k, v in dims.keys(ARCH).items()]
-    kv: list[tuple[Any, ...]] = [
-        *arch_keys[:1],
-        ("general.name", V.STRING, f"pyq2 synthetic {preset} (random ternary weights)"),
-        ("general.file_type", V.UINT32, 141),  # LLAMA_FTYPE_MOSTLY_PQ2_0
-        ("general.quantization_version", V.UINT32, 2),
-        *arch_keys[1:],
-        *tokenizer_keys(dims.vocab),
-    ]
-    types = {str: V.STRING, bool: V.BOOL, int: V.UINT32}
-    for key, value in contract_keys(block, signs, folded, ["token_embd.weight"], True):
-        if isinstance(value, (list, np.ndarray)):
-            is_str = len(value) and isinstance(value[0], str)
-            kv.append((key, V.ARRAY, value, V.STRING if is_str else V.INT32))
-        else:
-            kv.append((key, types[type(value)], value))
-    records = [gguf_io.encode_kv(*item) for item in kv]
+    name = f"pyq2 synthetic {preset} (random ternary weights)"
+    records = model_records(dims, name, block, signs, folded)
     atomic.check_output(os.fspath(path), force)
     with atomic.atomic_output(path, force=force) as staged:
         gguf_io.write_gguf(staged, records, tensors, data)
