@@ -736,6 +736,17 @@ def test_gemm_sm90_wide_blocks_give_the_narrow_blocks_bits(tokens, unroll):
     )
 
 
+def sm90_problems(shape):
+    """(rt, m, codes, scales, weights, x) at tile heights 1 and 4 and every m of GEMM_M (the
+    largest m only for shapes of at most 1000 rows: the float64 reference's size)."""
+    for rt in (1, 4):
+        codes, scales, w = weights(shape, "random", "tiles", rt)
+        for m in GEMM_M:
+            if m >= 2048 and shape[0] > 1000:
+                continue
+            yield rt, m, codes, scales, w, activations(m, shape[1], "normal", torch.float32, m)
+
+
 @needs_sm90
 @pytest.mark.parametrize("tokens,unroll", WIDE, ids=["t96", "t96_pairs", "t128"])
 @pytest.mark.parametrize(
@@ -743,17 +754,12 @@ def test_gemm_sm90_wide_blocks_give_the_narrow_blocks_bits(tokens, unroll):
 )
 def test_gemm_sm90_wide_every_m(shape, tokens, unroll):
     """The wide blocks at every boundary of m, tile heights 1 and 4: the narrow block's bits."""
-    for rt in (1, 4):
-        codes, scales, w = weights(shape, "random", "tiles", rt)
-        for m in GEMM_M:
-            if m >= 2048 and shape[0] > 1000:
-                continue
-            x = activations(m, shape[1], "normal", torch.float32, m)
-            wide = gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90, warps=12, unroll=unroll)
-            y = w.matmul(x, out=torch.full((m, shape[0]), float("nan"), device="cuda"), cfg=wide)
-            want = w.matmul(x, cfg=gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90))
-            torch.cuda.synchronize()
-            assert torch.equal(y, want), f"m={m} rt={rt}"
+    wide = gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90, warps=12, unroll=unroll)
+    for rt, m, _, _, w, x in sm90_problems(shape):
+        y = w.matmul(x, out=torch.full((m, shape[0]), float("nan"), device="cuda"), cfg=wide)
+        want = w.matmul(x, cfg=gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90))
+        torch.cuda.synchronize()
+        assert torch.equal(y, want), f"m={m} rt={rt}"
 
 
 @needs_sm90
@@ -768,22 +774,17 @@ def test_gemm_sm90_every_m(shape, tokens, blocks):
     """The sm_90a kernels at every boundary of m, rows and groups off the tile sizes, tile
     heights 1 and 4, on a tile grid and a stream-K grid, against the reference (the portable
     kernel's bits at tokens 32 and 64 on a tile grid; the same bits on a second run)."""
-    for rt in (1, 4):
-        codes, scales, w = weights(shape, "random", "tiles", rt)
-        for m in GEMM_M:
-            if m >= 2048 and shape[0] > 1000:
-                continue
-            x = activations(m, shape[1], "normal", torch.float32, m)
-            xq = quantize_q8(x)
-            cfg = gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90, blocks)
-            y = w.matmul(x, out=torch.full((m, shape[0]), float("nan"), device="cuda"), cfg=cfg)
-            torch.cuda.synchronize()
-            what = f"m={m} rt={rt}"
-            assert rel_rms(y, q8_reference(codes, scales, *xq)) <= Y_TOL[torch.float32], what
-            if blocks:
-                assert torch.equal(y, w.matmul(x, cfg=cfg)), what
-            elif tokens in (32, 64):
-                assert torch.equal(y, w.matmul(x, cfg=gemm_config(tokens, 4, 1))), what
+    for rt, m, codes, scales, w, x in sm90_problems(shape):
+        xq = quantize_q8(x)
+        cfg = gemm_config(tokens, 4, 1, FAMILY_GEMM_SM90, blocks)
+        y = w.matmul(x, out=torch.full((m, shape[0]), float("nan"), device="cuda"), cfg=cfg)
+        torch.cuda.synchronize()
+        what = f"m={m} rt={rt}"
+        assert rel_rms(y, q8_reference(codes, scales, *xq)) <= Y_TOL[torch.float32], what
+        if blocks:
+            assert torch.equal(y, w.matmul(x, cfg=cfg)), what
+        elif tokens in (32, 64):
+            assert torch.equal(y, w.matmul(x, cfg=gemm_config(tokens, 4, 1))), what
 
 
 @needs_sm90
