@@ -27,8 +27,6 @@ from ..text.chat import render_chat
 from ..text.tokenizer import Tokenizer
 from .generate import Options, Timings, generate
 
-COMMANDS = {"/exit": "end the conversation", "/reset": "start the conversation again"}
-
 
 class Conversation:
     """The messages of a conversation and the prompt of its next turn."""
