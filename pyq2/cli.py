@@ -165,10 +165,11 @@ def _cmd_generate(args) -> int:
         prompts = [args.prompt]
     params = _sampling_params(args, least=0)
     options = Options(args.n, params, tuple(args.stop), args.chat, args.system, args.ignore_eos)
+    started = time.perf_counter()
     model = open_model(args.model, device=args.device, context=args.ctx, batch=len(prompts))
     ids = encode_prompts(model.tokenizer, prompts, options, model.chat_template)
     stream = len(prompts) == 1 and not args.json
-    timings = Timings()
+    timings = Timings(load_s=time.perf_counter() - started)
     shown = _for_stdout()
 
     def on_text(i: int, text: str) -> None:

@@ -15,8 +15,10 @@ with those tokens by its length or the context: the host's work on a token then 
 next step, and a sequence that ends at an end-of-sequence token or a stop string costs one
 step more, whose tokens are dropped.
 The timings are what a llama.cpp user expects: prompt tokens/s, decode tokens/s and the time to
-first token; an interruption (Ctrl-C) ends the generation early with `interrupted` set and the
-timings so far.
+first token, and the load time where the caller sets it; a backend that replays decode graphs
+(warm) captures those the generation needs after the first token, timed apart from the decode
+steps (graphs, graphs_s). An interruption (Ctrl-C) ends the generation early with
+`interrupted` set and the timings so far.
 """
 
 from __future__ import annotations
@@ -73,16 +75,20 @@ class Generation:
 @dataclass
 class Timings:
     backend: str = ""
+    load_s: float = 0.0  # opening the model (the caller's): the file to the device, warm-up
     prompt_tokens: int = 0
     prompt_s: float = 0.0
     decode_tokens: int = 0
     decode_s: float = 0.0
     first_token_s: float = 0.0
+    graphs: int = 0  # decode graphs captured between the first token and the decode steps
+    graphs_s: float = 0.0
     interrupted: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "backend": self.backend,
+            "load_s": self.load_s,
             "prompt_tokens": self.prompt_tokens,
             "prompt_s": self.prompt_s,
             "prompt_tokens_per_s": _rate(self.prompt_tokens, self.prompt_s),
@@ -90,6 +96,8 @@ class Timings:
             "decode_s": self.decode_s,
             "decode_tokens_per_s": _rate(self.decode_tokens, self.decode_s),
             "time_to_first_token_s": self.first_token_s,
+            "decode_graphs": self.graphs,
+            "decode_graphs_s": self.graphs_s,
             "interrupted": self.interrupted,
         }
 
@@ -97,13 +105,15 @@ class Timings:
         d = self.as_dict()
         return [
             f"backend: {self.backend}",
+            *([f"load: {self.load_s:.1f} s"] if self.load_s else []),
             f"prompt: {self.prompt_tokens} tokens in {self.prompt_s * 1e3:.1f} ms "
             f"({d['prompt_tokens_per_s']:.1f} tokens/s)",
             f"decode: {self.decode_tokens} tokens in {self.decode_s * 1e3:.1f} ms "
             f"({d['decode_tokens_per_s']:.1f} tokens/s)",
             f"time to first token: {self.first_token_s * 1e3:.1f} ms"
             + (" (interrupted)" if self.interrupted else ""),
-        ]
+        ] + ([f"decode graphs: {self.graphs} captured in {self.graphs_s * 1e3:.1f} ms "
+              "before the decode steps"] if self.graphs else [])  # fmt: skip
 
 
 def _rate(n: int, s: float) -> float:
@@ -215,6 +225,11 @@ def generate(
         for i, tok in enumerate(nxt):
             accept(i, tok)
             history[i].append(tok)
+        warm = getattr(backend, "warm", None)
+        if warm is not None and any(s.finish is None for s in seqs):
+            tg = time.perf_counter()
+            t.graphs = warm(options.max_tokens - 1, options.sampling)
+            t.graphs_s = time.perf_counter() - tg
         t1 = time.perf_counter()
         launch = _launcher(backend, options.sampling, history)
 

@@ -6,9 +6,12 @@ bounded by the chunk), each chunk one DecodeStep of that many rows whose mixer h
 layer's attention or recurrence for that sequence; the caches of every sequence are
 preallocated for the context. A decode step runs one token of every sequence as one DecodeStep
 of B rows, replayed from a CUDA graph per (B, attention span) once warm: the span is the cache
-positions attention reads, rounded up to a multiple of SPAN_STEP so that a graph serves many
-steps; the graph also moves the positions on and, for greedy decoding without a repetition
-penalty, takes the argmax and writes it as the next step's input. Other sampling runs on the
+positions attention reads, SPAN_STEP doubled until it holds the step's positions (capped at the
+context), so that a context of n positions needs about log2(n / SPAN_STEP) graphs and a graph
+reads at most twice the chunks a step needs (the chunks past a position return at once); the
+graph also moves the positions on and, for greedy decoding without a repetition penalty, takes
+the argmax and writes it as the next step's input (pyq2.runtime.advance_kernels where the mixer
+kernels run). Other sampling runs on the
 device after the replay (pyq2.text.sampling.sample_torch); only the chosen ids come back to the
 host. Steps of up to the recurrence kernel's SIDE_ROWS rows leave the side projections to the
 mixer (DecodeStep's mixer_side: the decode kernel computes them; a prompt chunk of that size,
@@ -116,6 +119,11 @@ class GpuModel:
         self.positions = torch.zeros(batch, dtype=torch.int64, device=self.device)
         self.lengths: list[int] = []
         self._steps: dict[tuple[int, bool], DecodeStep] = {}  # (rows, last row only)
+        self._advance_kernels = None
+        if module is not None:
+            from .advance_kernels import Advance
+
+            self._advance_kernels = Advance(batch, self.device)
         self._mode: tuple[Any, ...] = ("decode", 0)
         self._graphs: dict[tuple[int, int, bool], Any] = {}  # (rows, span, greedy)
         self._chosen = torch.zeros(batch, dtype=torch.int64, device=self.device)
@@ -134,12 +142,14 @@ class GpuModel:
     def _step(self, m: int, last_row: bool = False) -> DecodeStep:
         """The step of m rows (last_row: the head on the last row only, a prompt piece's next
         token). Steps of more than SHARED_ABOVE rows share one layer's output buffers; of the
-        prompt pieces' (last_row) only the latest such step is kept (a batch of prompts of
-        many lengths would otherwise hold one each; decode steps are kept: graphs use them)."""
+        prompt pieces' (last_row) only the whole chunk's and the latest other such step are kept
+        (a batch of prompts of many lengths would otherwise hold one each; decode steps are kept:
+        graphs use them)."""
         key = (m, last_row)
         if key not in self._steps:
-            if last_row and m > SHARED_ABOVE:
-                for k in [k for k in self._steps if k[1] and k[0] > SHARED_ABOVE]:
+            if last_row and SHARED_ABOVE < m != self.chunk:
+                for k in [k for k in self._steps
+                          if k[1] and SHARED_ABOVE < k[0] != self.chunk]:  # fmt: skip
                     del self._steps[k]
             gated = not last_row and m <= GATED_NORM_ROWS and gated_norm_fits(self.config.d_v)
             self._steps[key] = DecodeStep(
@@ -271,14 +281,33 @@ class GpuModel:
 
         return chosen
 
-    def warm(self, steps: int, params: SamplingParams | None = None) -> None:
+    def warm_up(self) -> None:
+        """Pay the first-use costs now, as llama.cpp warms up at load: a prompt of a whole chunk
+        and a few tokens more (Triton's compilation or its cache, flash-linear-attention's
+        autotuning, the prompt steps' buffers), then a decode graph of the batch (the decode
+        kernels' first runs); the caches are then emptied."""
+        n = max(1, min(self.chunk + 3, self.context - 2))
+        self._reset()
+        self._prompt(0, [0] * n, self.chunk, every_row=False)
+        self._started([n] * self.batch)  # the other sequences' states: empty, as good here
+        self._graph(self.batch, _span(n, self.context), True)
+        self._reset()
+        self.positions.zero_()
+        self.lengths = []
+
+    def warm(self, steps: int, params: SamplingParams | None = None) -> int:
         """Capture now the decode graphs the next `steps` steps of the current sequences will
-        replay, for decode_sample with `params` (None: for decode), so that a benchmark's timed
-        steps capture none."""
+        replay, for decode_sample with `params` (None: for decode), so that the timed steps of
+        a generation or a benchmark capture none; returns how many were new."""
         b, n = len(self.lengths), max(self.lengths)
         greedy = params is not None and params.argmax
-        for span in sorted({_span(n + i, self.context) for i in range(steps)}):
+        last, span, new = _span(n + max(steps, 1) - 1, self.context), _span(n, self.context), 0
+        while True:
+            new += (b, span, greedy) not in self._graphs
             self._graph(b, span, greedy)
+            if span >= last:
+                return new
+            span = min(2 * span, self.context)
 
     def _decode(self, step: DecodeStep, greedy: bool) -> None:
         """The step's ids through the model at the sequences' positions (its logits in
@@ -295,13 +324,22 @@ class GpuModel:
     def _advance(self, step: DecodeStep, greedy: bool) -> None:
         """After a decode step (in its graph): greedy's choice as the next input, the
         positions moved on (a finished sequence may run on in the batch: clamped)."""
+        if self._advance_kernels is None:
+            self._advance_torch(step, greedy)
+            return
+        b = step.m
+        self._advance_kernels(step.logits[:b], self._chosen[:b], step.ids[:b],
+                              self.positions[:b], self.context - 1, greedy)  # fmt: skip
+
+    def _advance_torch(self, step: DecodeStep, greedy: bool) -> None:
+        """_advance in torch (the reference of pyq2.runtime.advance_kernels)."""
         torch = require_torch()
         b = step.m
         if greedy:  # torch.argmax: the first of equal maxima, as sample_torch
             torch.argmax(step.logits, dim=1, out=self._chosen[:b])
             step.ids.copy_(self._chosen[:b])
         self.positions[:b] += 1
-        self.positions.clamp_(max=self.context - 1)
+        self.positions[:b].clamp_(max=self.context - 1)
 
     def _reset(self) -> None:
         for a in self.attn.values():
@@ -312,23 +350,29 @@ class GpuModel:
 
     def _graph(self, b: int, span: int, greedy: bool) -> Any:
         """The CUDA graph of a decode step of b sequences reading `span` cache positions, with
-        _advance(greedy) after it; the first one of a shape runs the step eagerly once (Triton
-        autotuning, lazy allocations) on copies of the states, which are put back before the
-        capture."""
+        _advance(greedy) after it; the first one of b rows runs the step and _advance eagerly
+        once (Triton autotuning, lazy allocations) on copies of the states, which are put back
+        before the capture (the span is no kernel's compile-time constant)."""
         torch = require_torch()
         key = (b, span, greedy)
         if key in self._graphs:
             return self._graphs[key]
         step = self._step(b)
-        saved = [(g.conv.clone(), g.state.clone()) for g in self.gdn.values()]
-        kv = [(a.k.clone(), a.v.clone()) for a in self.attn.values()]
-        self._run(step, ("decode", span))
-        torch.cuda.synchronize()
-        for g, (conv, state) in zip(self.gdn.values(), saved, strict=True):
-            g.conv.copy_(conv), g.state.copy_(state)
-        for a, (k, v) in zip(self.attn.values(), kv, strict=True):
-            a.k.copy_(k), a.v.copy_(v)
-        del saved, kv
+        if not any(k[0] == b for k in self._graphs):
+            saved = [(g.conv.clone(), g.state.clone()) for g in self.gdn.values()]
+            kv = [(a.k.clone(), a.v.clone()) for a in self.attn.values()]
+            kept = (self.positions.clone(), self._chosen.clone(), step.ids.clone())
+            self._run(step, ("decode", span))
+            self._advance(step, True)
+            self._advance(step, False)
+            torch.cuda.synchronize()
+            for g, (conv, state) in zip(self.gdn.values(), saved, strict=True):
+                g.conv.copy_(conv), g.state.copy_(state)
+            for a, (k, v) in zip(self.attn.values(), kv, strict=True):
+                a.k.copy_(k), a.v.copy_(v)
+            for t, old in zip((self.positions, self._chosen, step.ids), kept, strict=True):
+                t.copy_(old)
+            del saved, kv, kept
         graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream(device=self.device)
         stream.wait_stream(torch.cuda.current_stream())
@@ -393,5 +437,9 @@ class GpuModel:
 
 
 def _span(length: int, context: int) -> int:
-    """The attention span of a decode step after `length` positions (the new one included)."""
-    return min(context, -(-(length + 1) // SPAN_STEP) * SPAN_STEP)
+    """The attention span of a decode step after `length` positions (the new one included):
+    SPAN_STEP doubled until it holds length + 1 positions, at most the context."""
+    span = SPAN_STEP
+    while span < length + 1 and span < context:
+        span *= 2
+    return min(context, span)

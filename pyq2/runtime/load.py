@@ -3,13 +3,14 @@
 `load` memory-maps a GGUF file (raw PQ2_0 / PTQ1_0 / TQ2_0, or repacked by pyq2, fused or not)
 and checks it before it allocates any GPU memory (`check`): the architecture map, the rotation
 contract, every weight's stored size and metadata, the fused tensors' metadata (pyq2.offline.fuse),
-the dense tensors' types. It then uploads one tensor at a time: PQ2-family weights converted on the
-fly to the resident layout (tiles, rt 2 by default) in slices of rows through one pinned staging
-buffer, so host memory stays near one slice, every scale checked on the way (a non-finite one
-is a FormatError naming tensor, row and block, and frees what was uploaded); the norms and
-other small tensors as they are (F32, F16, BF16). `synthetic` builds a model of a preset's
-shapes (pyq2.plan.decode.PRESETS) with random ternary weights directly on the GPU, for benchmarks
-without a file, whole or one rank's shard of it (pyq2.plan.tensor_parallel).
+the dense tensors' types. It then uploads the tensors: PQ2-family weights converted on the fly
+to the resident layout (tiles, rt 2 by default) in slices of rows, each weight by one of
+LOAD_THREADS threads (libpq2 converts without the GIL) through that thread's pinned staging
+buffer and stream, so host memory stays near one slice a thread, every scale checked on the way
+(a non-finite one is a FormatError naming tensor, row and block, and frees what was uploaded);
+the norms and other small tensors as they are (F32, F16, BF16). `synthetic` builds a model of
+a preset's shapes (pyq2.plan.decode.PRESETS) with random ternary weights directly on the GPU,
+for benchmarks without a file, whole or one rank's shard of it (pyq2.plan.tensor_parallel).
 
 A tensor-parallel shard (`pyq2 repack --tp G`) loads as a model of its parts: `Model.tp` is
 (G, rank), `Model.splits` what it holds of each cut tensor, the plan counts the rank's own
@@ -27,8 +28,12 @@ they are uploaded as matrices of their own.
 
 from __future__ import annotations
 
+import os
+import threading
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -274,6 +279,14 @@ def _upload_weight(
     piece by piece (pyq2.gguf.weights.convert), each piece through the pinned `staging` buffer
     (None: copied directly, for a device in host memory)."""
     dev = torch.empty(target.bytes, dtype=torch.uint8, device=device)
+    _fill_weight(torch, backend, gf, e, target, staging, dev)
+    return dev
+
+
+def _fill_weight(
+    torch: Any, backend: weight_io.Backend, gf, e: Entry, target: Layout, staging, dev
+) -> None:
+    """_upload_weight into the buffer `dev`, on the current stream."""
     for piece in weight_io.convert(backend, gf, [e], target):
         for at, data in ((piece.code_at, piece.codes), (piece.scale_at, piece.scales)):
             if data is None:
@@ -286,7 +299,55 @@ def _upload_weight(
             dev[at : at + data.size].copy_(src, non_blocking=staging is not None)
             if staging is not None:  # the staging buffer is reused
                 torch.cuda.current_stream(dev.device).synchronize()
-    return dev
+
+
+LOAD_THREADS = 8  # at most; and at most the CPUs this process may run on
+
+
+class _Uploader:
+    """upload(e, target) for assemble: the device buffer at once, its bytes filled by a pool of
+    threads (_fill_weight), each with its own pinned staging buffer and stream. At most AHEAD
+    weights a thread are queued; a thread's error is raised by the upload call after it or by
+    finish(). close() cancels what has not started and waits for the rest."""
+
+    AHEAD = 2
+
+    def __init__(self, torch: Any, backend: weight_io.Backend, gf, device: Any):
+        self.torch, self.backend, self.gf, self.device = torch, backend, gf, device
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        self.threads = max(1, min(LOAD_THREADS, cpus or 1))
+        self.pool = ThreadPoolExecutor(self.threads, thread_name_prefix="pyq2-load")
+        self.pending: deque[Future[None]] = deque()
+        self.local = threading.local()
+
+    def __call__(self, e: Entry, target: Layout) -> Any:
+        torch = self.torch
+        while len(self.pending) >= self.AHEAD * self.threads:
+            self.pending.popleft().result()
+        dev = torch.empty(target.bytes, dtype=torch.uint8, device=self.device)
+        self.pending.append(self.pool.submit(self._fill, e, target, dev))
+        return dev
+
+    def _fill(self, e: Entry, target: Layout, dev: Any) -> None:
+        torch, local = self.torch, self.local
+        if not hasattr(local, "stream"):
+            local.stream = torch.cuda.Stream(device=dev.device)
+            local.staging = torch.empty(
+                2 * weight_io.CONVERT_CHUNK + (1 << 20), dtype=torch.uint8
+            ).pin_memory()
+        with torch.cuda.stream(local.stream):
+            _fill_weight(torch, self.backend, self.gf, e, target, local.staging, dev)
+
+    def finish(self) -> None:
+        while self.pending:
+            self.pending.popleft().result()
+        self.torch.cuda.synchronize(self.device)
+
+    def close(self) -> None:
+        for f in self.pending:
+            f.cancel()
+        self.pool.shutdown(wait=True)
+        self.pending.clear()
 
 
 def _upload_dense(gf, t, storage, device):
@@ -312,25 +373,26 @@ def load(
     rt = layouts.layout_rt(layout, rt)
     with gguf_io.open_gguf(path) as gf:
         checked = check(gf)
-        staging = torch.empty(
-            2 * weight_io.CONVERT_CHUNK + (1 << 20), dtype=torch.uint8
-        ).pin_memory()
-        backend = weight_io.Backend("native")
+        uploader = _Uploader(torch, weight_io.Backend("native"), gf, device)
         try:
             weights, fused, dense = assemble(
                 gf,
                 checked,
-                lambda e, target: _upload_weight(torch, backend, gf, e, target, staging, device),
+                uploader,
                 lambda t, storage: _upload_dense(gf, t, storage, device),
                 layout,
                 rt,
                 progress,
             )
+            uploader.finish()
         except BaseException as e:
+            uploader.close()
             # The traceback's frames hold what was uploaded: free it now, not with the error.
             traceback.clear_frames(e.__traceback__)
             torch.cuda.empty_cache()
             raise
+        finally:
+            uploader.close()
     rotation = checked.rotation
     rotations: dict[int, DeviceRotation] = {}
     if rotation is not None:

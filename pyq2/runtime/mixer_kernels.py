@@ -224,6 +224,10 @@ def _attention_partial(
     HALF: tl.constexpr, NROT: tl.constexpr, BS: tl.constexpr, PDL: tl.constexpr,
     LINE: tl.constexpr, LINES: tl.constexpr,
 ):  # fmt: skip
+    # a chunk past the row's position holds nothing it attends to: a graph at a longer span
+    # than a step needs pays only these programs' start
+    if tl.program_id(0) * BS > tl.load(positions + tl.program_id(2)):
+        return
     # the chunk's cached keys and values (LINES lines of LINE elements a row) into L2 while the
     # kernel before runs: no kernel of the step writes them before this one
     last = tl.maximum(tl.load(positions + tl.program_id(2)) - 1, 0)

@@ -4,7 +4,8 @@ the CPU (pyq2.runtime.generate runs them).
 `open_model(path, device="auto")` reads the file's metadata first and refuses what pyq2 cannot
 run before loading any weight: another architecture, metadata a qwen35 model needs and lacks, a
 tokenizer it cannot build. "auto" takes the GPU when torch sees one and libpq2 has its CUDA
-half, else the CPU (the numpy reference: small models only).
+half, else the CPU (the numpy reference: small models only). A GPU backend is warmed up before
+it is returned (GpuModel.warm_up), so that a first generation's timings are a later one's.
 """
 
 from __future__ import annotations
@@ -80,6 +81,7 @@ def open_model(
             from .gpu_model import GpuModel
 
             backend: Any = GpuModel(path, config, ctx, batch)
+            backend.warm_up()
             return OpenModel(backend, tokenizer, template, config, "gpu")
         from .cpu_model import CpuModel
 

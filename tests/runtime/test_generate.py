@@ -201,6 +201,40 @@ def test_timings_are_counted(cpu):
     d = t.as_dict()
     assert d["prompt_tokens"] == len(tok.encode("Hi there")) and d["decode_tokens"] == 4
     assert d["prompt_s"] > 0 and d["decode_tokens_per_s"] > 0 and not d["interrupted"]
+    assert d["decode_graphs"] == 0 and not any("graphs" in line for line in t.lines())
+
+
+class Warming:
+    """The CPU model with a backend's warm(): it counts what it is asked for."""
+
+    def __init__(self, model):
+        self.model, self.asked = model, []
+        self.name, self.n_vocab, self.context = model.name, model.n_vocab, model.context
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+    def warm(self, steps, params):
+        self.asked.append(steps)
+        return 2
+
+
+def test_decode_graphs_are_captured_before_the_decode_steps_and_timed_apart(cpu):
+    _, model, tok, _ = cpu
+    t, backend = Timings(load_s=1.5), Warming(model)
+    opts = Options(max_tokens=5)
+    generate(backend, tok, encode_prompts(tok, ["Hi there"], opts, None), opts, timings=t)
+    assert backend.asked == [4] and t.graphs == 2 and t.as_dict()["load_s"] == 1.5
+    assert "load: 1.5 s" in t.lines() and "decode graphs: 2 captured in" in t.lines()[-1]
+
+
+def test_decode_spans_double_up_to_the_context():
+    from pyq2.runtime.gpu_model import SPAN_STEP, _span
+
+    assert [_span(n, 4096) for n in (0, SPAN_STEP - 1, SPAN_STEP, 1000, 2047, 2048)] == [
+        SPAN_STEP, SPAN_STEP, 2 * SPAN_STEP, 1024, 2048, 4096,
+    ]  # fmt: skip
+    assert _span(299, 300) == 300 and _span(5000, 4096) == 4096 and _span(10, 100) == 100
 
 
 # ---- the command --------------------------------------------------------------------------

@@ -180,6 +180,38 @@ def test_graph_replays_match_eager_steps(model_file):
     assert rel_rms(np.stack(graphed), np.stack(eager)) <= 1e-5
 
 
+def test_graphs_of_every_span_match_eager_steps(model_file, monkeypatch):
+    """Spans of 8 positions doubled (8 .. 64 over these steps; the first graph of the batch size
+    runs a step eagerly, the later ones do not), and one graph at the whole context's span (the
+    chunks past every position return at once), against eager steps."""
+    _, gpu, _, _ = open_both(model_file)
+    seq = tokens(45, seed=6)
+    gpu.use_graphs = False
+    gpu.score(seq[:6])
+    eager = np.stack([gpu.decode([t]).cpu().numpy() for t in seq[6:]])
+    gpu.use_graphs = True
+    monkeypatch.setattr(gpu_model, "SPAN_STEP", 8)
+    gpu.score(seq[:6])
+    assert gpu.warm(len(seq) - 6) == 4
+    graphed = np.stack([gpu.decode([t]).cpu().numpy() for t in seq[6:]])
+    assert sorted(s for b, s, _ in gpu._graphs if b == 1) == [8, 16, 32, 64]
+    assert rel_rms(graphed, eager) <= 1e-5
+    monkeypatch.setattr(gpu_model, "SPAN_STEP", gpu.context)
+    gpu.score(seq[:6])
+    whole = np.stack([gpu.decode([t]).cpu().numpy() for t in seq[6:]])
+    assert rel_rms(whole, eager) <= 1e-5
+
+
+def test_a_warmed_up_model_generates_what_a_cold_one_does(model_file):
+    _, gpu, tok, _ = open_both(model_file)
+    prompts = [tokens(n, seed=n) for n in (9, 3)]
+    opts = Options(max_tokens=10, ignore_eos=True)
+    cold = [s.tokens for s in generate(gpu, tok, prompts, opts)]
+    gpu.warm_up()
+    assert gpu.lengths == [] and not gpu.positions.any()
+    assert [s.tokens for s in generate(gpu, tok, prompts, opts)] == cold
+
+
 def test_decode_steps_that_move_work_into_the_mixers_match_the_plain_steps(model_file, monkeypatch):
     """The side projections inside the recurrence kernel (mixer_side) and the gated norm inside
     the ssm_out producer (gated_norm), as GpuModel runs small steps, against the steps without
