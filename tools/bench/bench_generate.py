@@ -11,7 +11,7 @@ prompt and decode tokens/s) and the start of its text; "timings" is the last run
 results are evidence for tools/bench/NOTES.md (kind "generate" in perf_page.py's EVIDENCE).
 Needs a GPU for the 27B.
 
-    python3 tools/bench/bench_generate.py --json tools/bench/results/generate-27b-DATE-h200.json
+    python3 tools/bench/bench_generate.py --json tools/bench/results/generate-DATE-27b-h200.json
 """
 
 from __future__ import annotations
