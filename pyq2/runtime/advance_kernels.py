@@ -2,7 +2,8 @@
 (the first of equal maxima of every sequence's logits, torch.argmax's rule) written as the
 chosen id and the next step's input, and every sequence's position moved on (clamped to the
 context's last: a finished sequence may run on in the batch). The torch form of the same work
-is GpuModel._advance_torch; tests compare the two.
+is GpuModel._advance_torch; tests compare the two. A NaN counts as the largest value (torch's
+rule: the first NaN wins, as long as no +inf comes before it); a row of -inf gives index 0.
 
 argmax_parts: program (part p, sequence b) reduces PARTS-th of the vocabulary to its maximum and
 the first index holding it; advance: program b picks the first part holding the largest maximum
@@ -29,10 +30,11 @@ def _argmax_parts(logits, s_l, V, CH, pmax, pidx, P: tl.constexpr, BLOCK: tl.con
     b = tl.program_id(1)
     start = p * CH
     best = tl.full((), float("-inf"), tl.float32)
-    at = tl.full((), 0x7FFFFFFF, tl.int32)
+    at = tl.minimum(start, V - 1)  # a part of -inf only (or past the vocabulary): its start
     for k0 in range(start, tl.minimum(start + CH, V), BLOCK):
         k = k0 + tl.arange(0, BLOCK)
         x = tl.load(logits + b * s_l + k, mask=k < V, other=float("-inf")).to(tl.float32)
+        x = tl.where(x == x, x, float("inf"))  # NaN: the largest
         m = tl.max(x, 0)
         i = tl.argmax(x, 0, tie_break_left=True) + k0
         take = m > best  # a later block's equal maximum is not the first

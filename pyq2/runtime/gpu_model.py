@@ -8,7 +8,8 @@ preallocated for the context. A decode step runs one token of every sequence as 
 of B rows, replayed from a CUDA graph per (B, attention span) once warm: the span is the cache
 positions attention reads, SPAN_STEP doubled until it holds the step's positions (capped at the
 context), so that a context of n positions needs about log2(n / SPAN_STEP) graphs and a graph
-reads at most twice the chunks a step needs (the chunks past a position return at once); the
+past the first span launches at most twice the chunks a step needs (the chunks past a position
+return at once); the
 graph also moves the positions on and, for greedy decoding without a repetition penalty, takes
 the argmax and writes it as the next step's input (pyq2.runtime.advance_kernels where the mixer
 kernels run). Other sampling runs on the
@@ -285,12 +286,18 @@ class GpuModel:
         """Pay the first-use costs now, as llama.cpp warms up at load: a prompt of a whole chunk
         and a few tokens more (Triton's compilation or its cache, flash-linear-attention's
         autotuning, the prompt steps' buffers), then a decode graph of the batch (the decode
-        kernels' first runs); the caches are then emptied."""
+        kernels' first runs, or the step eagerly where graphs are off); the caches are then
+        emptied."""
+        if self.context < 2:
+            return
         n = max(1, min(self.chunk + 3, self.context - 2))
         self._reset()
         self._prompt(0, [0] * n, self.chunk, every_row=False)
         self._started([n] * self.batch)  # the other sequences' states: empty, as good here
-        self._graph(self.batch, _span(n, self.context), True)
+        if self.use_graphs:
+            self._graph(self.batch, _span(n, self.context), True, keep=False)
+        else:
+            self._decode(self._step(self.batch), True)
         self._reset()
         self.positions.zero_()
         self.lengths = []
@@ -298,7 +305,10 @@ class GpuModel:
     def warm(self, steps: int, params: SamplingParams | None = None) -> int:
         """Capture now the decode graphs the next `steps` steps of the current sequences will
         replay, for decode_sample with `params` (None: for decode), so that the timed steps of
-        a generation or a benchmark capture none; returns how many were new."""
+        a generation or a benchmark capture none; returns how many were new (none where graphs
+        are off)."""
+        if not self.use_graphs:
+            return 0
         b, n = len(self.lengths), max(self.lengths)
         greedy = params is not None and params.argmax
         last, span, new = _span(n + max(steps, 1) - 1, self.context), _span(n, self.context), 0
@@ -348,27 +358,28 @@ class GpuModel:
             g.reset()
         self._generator, self._mask = None, None
 
-    def _graph(self, b: int, span: int, greedy: bool) -> Any:
+    def _graph(self, b: int, span: int, greedy: bool, keep: bool = True) -> Any:
         """The CUDA graph of a decode step of b sequences reading `span` cache positions, with
         _advance(greedy) after it; the first one of b rows runs the step and _advance eagerly
-        once (Triton autotuning, lazy allocations) on copies of the states, which are put back
-        before the capture (the span is no kernel's compile-time constant)."""
+        once (Triton autotuning, lazy allocations), on copies of the states that are put back
+        before the capture unless not `keep` (the caller empties them; the span is no kernel's
+        compile-time constant)."""
         torch = require_torch()
         key = (b, span, greedy)
         if key in self._graphs:
             return self._graphs[key]
         step = self._step(b)
         if not any(k[0] == b for k in self._graphs):
-            saved = [(g.conv.clone(), g.state.clone()) for g in self.gdn.values()]
-            kv = [(a.k.clone(), a.v.clone()) for a in self.attn.values()]
+            saved = [(g.conv.clone(), g.state.clone()) for g in self.gdn.values()] if keep else []
+            kv = [(a.k.clone(), a.v.clone()) for a in self.attn.values()] if keep else []
             kept = (self.positions.clone(), self._chosen.clone(), step.ids.clone())
             self._run(step, ("decode", span))
             self._advance(step, True)
             self._advance(step, False)
             torch.cuda.synchronize()
-            for g, (conv, state) in zip(self.gdn.values(), saved, strict=True):
+            for g, (conv, state) in zip(self.gdn.values() if keep else (), saved, strict=True):
                 g.conv.copy_(conv), g.state.copy_(state)
-            for a, (k, v) in zip(self.attn.values(), kv, strict=True):
+            for a, (k, v) in zip(self.attn.values() if keep else (), kv, strict=True):
                 a.k.copy_(k), a.v.copy_(v)
             for t, old in zip((self.positions, self._chosen, step.ids), kept, strict=True):
                 t.copy_(old)

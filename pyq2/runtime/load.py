@@ -306,9 +306,11 @@ LOAD_THREADS = 8  # at most; and at most the CPUs this process may run on
 
 class _Uploader:
     """upload(e, target) for assemble: the device buffer at once, its bytes filled by a pool of
-    threads (_fill_weight), each with its own pinned staging buffer and stream. At most AHEAD
-    weights a thread are queued; a thread's error is raised by the upload call after it or by
-    finish(). close() cancels what has not started and waits for the rest."""
+    threads (_fill_weight), each with its own pinned staging buffer and stream, after the
+    buffer's allocation on the caller's stream. At most AHEAD weights a thread are queued (so
+    assemble's progress runs at most that far ahead of the copies); a thread's error is raised
+    by the first upload call that waits for it or by finish(). close() cancels what has not
+    started and waits for the rest."""
 
     AHEAD = 2
 
@@ -325,16 +327,19 @@ class _Uploader:
         while len(self.pending) >= self.AHEAD * self.threads:
             self.pending.popleft().result()
         dev = torch.empty(target.bytes, dtype=torch.uint8, device=self.device)
-        self.pending.append(self.pool.submit(self._fill, e, target, dev))
+        allocated = torch.cuda.Event()
+        allocated.record(torch.cuda.current_stream(dev.device))
+        self.pending.append(self.pool.submit(self._fill, e, target, dev, allocated))
         return dev
 
-    def _fill(self, e: Entry, target: Layout, dev: Any) -> None:
+    def _fill(self, e: Entry, target: Layout, dev: Any, allocated: Any) -> None:
         torch, local = self.torch, self.local
         if not hasattr(local, "stream"):
             local.stream = torch.cuda.Stream(device=dev.device)
             local.staging = torch.empty(
                 2 * weight_io.CONVERT_CHUNK + (1 << 20), dtype=torch.uint8
             ).pin_memory()
+        local.stream.wait_event(allocated)  # the buffer's earlier users on the caller's stream
         with torch.cuda.stream(local.stream):
             _fill_weight(torch, self.backend, self.gf, e, target, local.staging, dev)
 
@@ -387,6 +392,7 @@ def load(
             uploader.finish()
         except BaseException as e:
             uploader.close()
+            weights = fused = dense = {}  # this frame's hold on what was uploaded
             # The traceback's frames hold what was uploaded: free it now, not with the error.
             traceback.clear_frames(e.__traceback__)
             torch.cuda.empty_cache()

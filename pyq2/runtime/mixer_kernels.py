@@ -31,7 +31,9 @@ launch (pdl()): a kernel's programs start while the kernel before it finishes, w
 (griddepcontrol.wait) before they read anything it or an earlier kernel wrote, then let the next
 kernel launch. Two do work before their wait, on what no kernel of the same step writes before
 them: gdn_decode loads the recurrent state (small grids) and the side projections' weight rows,
-and attention_decode prefetches its chunk's cached keys and values into L2.
+and attention_decode prefetches its chunk's cached keys and values into L2, and returns at once
+where its chunk starts past the sequence's position (read before the wait: the positions move
+only in the step's last kernels, pyq2.runtime.advance_kernels).
 
 Importing this module needs triton; pyq2.runtime.mixers imports it only on CUDA.
 """

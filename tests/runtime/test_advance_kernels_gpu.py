@@ -1,7 +1,8 @@
 """The decode graph's tail as Triton kernels (pyq2.runtime.advance_kernels) against its torch form
 (GpuModel._advance_torch): greedy's choice and the positions moved on, bit-exact (an index and an
 integer). Vocabularies on both sides of a block and of a part, a row's maximum repeated in one
-block, in two blocks and in two parts (the first index wins, as torch.argmax), rows of every
+block, in two blocks and in two parts (the first index wins, as torch.argmax), rows of -inf and
+with NaN, rows of every
 batch size up to the scratch's, positions at the context's end (clamped). Outputs are poisoned
 before each call."""
 
@@ -69,6 +70,19 @@ def test_equal_maxima_give_the_first_index(where, v):
     logits[1, where[1]] = 4.0  # row 1: one maximum, the later index
     (kc, ki, _), (tc, ti, _) = both(logits, torch.zeros(16, dtype=torch.int64, device=DEV), True)
     assert kc[:2].tolist() == [where[0], where[1]] and torch.equal(kc, tc) and torch.equal(ki, ti)
+
+
+@pytest.mark.parametrize("v", [1000, 248320])
+def test_rows_of_minus_infinity_and_nan_give_torchs_index(v):
+    """A row of -inf: index 0; a NaN is larger than +inf, and +inf than any finite value. Never
+    an index outside the vocabulary."""
+    logits = torch.randn(4, v, device=DEV)
+    logits[0] = float("-inf")
+    logits[1, 777] = float("nan")
+    logits[2, 5], logits[2, v - 2] = float("nan"), float("inf")  # NaN before +inf
+    logits[3, v - 1] = float("inf")
+    (kc, ki, _), (tc, ti, _) = both(logits, torch.zeros(16, dtype=torch.int64, device=DEV), True)
+    assert kc[:4].tolist() == [0, 777, 5, v - 1] and torch.equal(kc, tc) and torch.equal(ki, ti)
 
 
 def test_not_greedy_moves_the_positions_only():

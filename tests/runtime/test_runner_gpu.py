@@ -181,25 +181,25 @@ def test_graph_replays_match_eager_steps(model_file):
 
 
 def test_graphs_of_every_span_match_eager_steps(model_file, monkeypatch):
-    """Spans of 8 positions doubled (8 .. 64 over these steps; the first graph of the batch size
-    runs a step eagerly, the later ones do not), and one graph at the whole context's span (the
-    chunks past every position return at once), against eager steps."""
+    """Two sequences (attention chunks of 64 positions) decoding from positions 60 and 50 across
+    64 and 128: graphs at spans of 64 doubled (64, 128, 256; the first graph of the batch size
+    runs a step eagerly, the later ones do not) against eager steps at the whole context's span
+    (every chunk launched; those past a position return at once). A span one chunk short would
+    leave a position's new key unwritten and its logits apart."""
     _, gpu, _, _ = open_both(model_file)
-    seq = tokens(45, seed=6)
+    first, second = tokens(140, seed=6), tokens(140, seed=7)
+    steps = list(zip(first[60:140], second[50:130], strict=True))
     gpu.use_graphs = False
-    gpu.score(seq[:6])
-    eager = np.stack([gpu.decode([t]).cpu().numpy() for t in seq[6:]])
-    gpu.use_graphs = True
-    monkeypatch.setattr(gpu_model, "SPAN_STEP", 8)
-    gpu.score(seq[:6])
-    assert gpu.warm(len(seq) - 6) == 4
-    graphed = np.stack([gpu.decode([t]).cpu().numpy() for t in seq[6:]])
-    assert sorted(s for b, s, _ in gpu._graphs if b == 1) == [8, 16, 32, 64]
-    assert rel_rms(graphed, eager) <= 1e-5
     monkeypatch.setattr(gpu_model, "SPAN_STEP", gpu.context)
-    gpu.score(seq[:6])
-    whole = np.stack([gpu.decode([t]).cpu().numpy() for t in seq[6:]])
-    assert rel_rms(whole, eager) <= 1e-5
+    gpu.prefill([first[:60], second[:50]])
+    eager = np.stack([gpu.decode([a, b]).cpu().numpy() for a, b in steps])
+    gpu.use_graphs = True
+    monkeypatch.setattr(gpu_model, "SPAN_STEP", 64)
+    gpu.prefill([first[:60], second[:50]])
+    assert gpu.warm(80) == 3
+    graphed = np.stack([gpu.decode([a, b]).cpu().numpy() for a, b in steps])
+    assert sorted(s for b, s, _ in gpu._graphs if b == 2) == [64, 128, 256]
+    assert rel_rms(graphed, eager) <= 1e-5
 
 
 def test_a_warmed_up_model_generates_what_a_cold_one_does(model_file):
