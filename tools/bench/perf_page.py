@@ -619,9 +619,27 @@ def headline(d: dict) -> str:
         "Ternary-Bonsai-2-27B's shapes, embedding to head with every producer and projection "
         "(attention and the recurrence are the host's). Every figure, and how it is measured: "
         "[docs/performance.md](docs/performance.md).",
-        END,
     ]
-    return wrap(lines)
+    whole = d.get("pyq2-bench-27b-whole")
+    if whole is not None:
+        rows = sorted(whole["whole"], key=lambda r: r["batch"])
+        wenv = whole.get("env", {})
+        lines += [
+            "",
+            *table(
+                ["`pyq2 bench --whole`, the 27B model"] + [f"batch {r['batch']}" for r in rows],
+                [
+                    ["decode tokens/s"] + [f"{r['decode_tokens_per_s']:.0f}" for r in rows],
+                    ["time to first token, 2048-token prompts"]
+                    + [f"{r['ttft_ms']:.0f} ms" for r in rows],
+                ],
+            ),
+            "",
+            f"{wenv.get('gpu', '?')}, commit {wenv.get('commit', '?')}: the whole model, "
+            "attention and the recurrence included, each decode step a CUDA graph as `pyq2 "
+            "generate` runs it.",
+        ]
+    return wrap([*lines, END])
 
 
 def readme_with(text: str, block: str) -> str:
