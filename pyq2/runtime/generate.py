@@ -37,7 +37,9 @@ from ..text.tokenizer import StreamDecoder, Tokenizer
 class ModelBackend(Protocol):
     """A model on some device. One that chains decode steps where the tokens are also has
     decode_sample(tokens | None, params) -> (a function returning the chosen tokens): a step
-    and its sampling started, None taking the previous call's choice (pyq2.runtime.gpu_model)."""
+    and its sampling started, None taking the previous call's choice (pyq2.runtime.gpu_model).
+    One that replays decode graphs also has warm(steps, params) -> the number of graphs it
+    captured for the next `steps` steps."""
 
     name: str  # what runs it, for the timings line ("cpu (numpy)", "gpu (NVIDIA H200)")
     n_vocab: int

@@ -9,11 +9,10 @@ of B rows, replayed from a CUDA graph per (B, attention span) once warm: the spa
 positions attention reads, SPAN_STEP doubled until it holds the step's positions (capped at the
 context), so that a context of n positions needs about log2(n / SPAN_STEP) graphs and a graph
 past the first span launches at most twice the chunks a step needs (the chunks past a position
-return at once); the
-graph also moves the positions on and, for greedy decoding without a repetition penalty, takes
-the argmax and writes it as the next step's input (pyq2.runtime.advance_kernels where the mixer
-kernels run). Other sampling runs on the
-device after the replay (pyq2.text.sampling.sample_torch); only the chosen ids come back to the
+return at once); the graph also moves the positions on and, for greedy decoding without a
+repetition penalty, takes the argmax and writes it as the next step's input
+(pyq2.runtime.advance_kernels where the mixer kernels run). Other sampling runs on the device
+after the replay (pyq2.text.sampling.sample_torch); only the chosen ids come back to the
 host. Steps of up to the recurrence kernel's SIDE_ROWS rows leave the side projections to the
 mixer (DecodeStep's mixer_side: the decode kernel computes them; a prompt chunk of that size,
 torch), and those of up to GATED_NORM_ROWS rows leave the gated norm to the ssm_out producer
@@ -317,7 +316,7 @@ class GpuModel:
             self._graph(b, span, greedy)
             if span >= last:
                 return new
-            span = min(2 * span, self.context)
+            span = _span(span, self.context)  # the next span: a step past this one's positions
 
     def _decode(self, step: DecodeStep, greedy: bool) -> None:
         """The step's ids through the model at the sequences' positions (its logits in
@@ -370,20 +369,18 @@ class GpuModel:
             return self._graphs[key]
         step = self._step(b)
         if not any(k[0] == b for k in self._graphs):
-            saved = [(g.conv.clone(), g.state.clone()) for g in self.gdn.values()] if keep else []
-            kv = [(a.k.clone(), a.v.clone()) for a in self.attn.values()] if keep else []
-            kept = (self.positions.clone(), self._chosen.clone(), step.ids.clone())
+            live = [self.positions, self._chosen, step.ids]  # what the eager run writes
+            if keep:
+                live += [t for g in self.gdn.values() for t in (g.conv, g.state)]
+                live += [t for a in self.attn.values() for t in (a.k, a.v)]
+            saved = [t.clone() for t in live]
             self._run(step, ("decode", span))
             self._advance(step, True)
             self._advance(step, False)
             torch.cuda.synchronize()
-            for g, (conv, state) in zip(self.gdn.values() if keep else (), saved, strict=True):
-                g.conv.copy_(conv), g.state.copy_(state)
-            for a, (k, v) in zip(self.attn.values() if keep else (), kv, strict=True):
-                a.k.copy_(k), a.v.copy_(v)
-            for t, old in zip((self.positions, self._chosen, step.ids), kept, strict=True):
+            for t, old in zip(live, saved, strict=True):
                 t.copy_(old)
-            del saved, kv, kept
+            del live, saved
         graph = torch.cuda.CUDAGraph()
         stream = torch.cuda.Stream(device=self.device)
         stream.wait_stream(torch.cuda.current_stream())

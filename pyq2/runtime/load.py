@@ -344,9 +344,11 @@ class _Uploader:
             _fill_weight(torch, self.backend, self.gf, e, target, local.staging, dev)
 
     def finish(self) -> None:
+        """Every queued weight on the device, the threads stopped."""
         while self.pending:
             self.pending.popleft().result()
         self.torch.cuda.synchronize(self.device)
+        self.pool.shutdown(wait=True)
 
     def close(self) -> None:
         for f in self.pending:
@@ -397,8 +399,6 @@ def load(
             traceback.clear_frames(e.__traceback__)
             torch.cuda.empty_cache()
             raise
-        finally:
-            uploader.close()
     rotation = checked.rotation
     rotations: dict[int, DeviceRotation] = {}
     if rotation is not None:
