@@ -41,6 +41,25 @@ class CpuModel:
             rows.append(logits[-1])
         return np.stack(rows)
 
+    def extend(self, tokens: list[int]) -> np.ndarray:
+        """The one sequence on with more prompt tokens from its state: the logits (1, V) of the
+        last; sampling starts again from the seed (a new generation)."""
+        if len(self.states) != 1 or not tokens:
+            raise ValueError(f"extend: one sequence and at least one token ({len(self.states)} "
+                             f"sequences, {len(tokens)} tokens)")  # fmt: skip
+        if self.states[0].pos + len(tokens) > self.context:
+            raise ValueError(f"extend: {self.states[0].pos} + {len(tokens)} positions do not fit "
+                             f"the context of {self.context}")  # fmt: skip
+        self._rng = None
+        logits = qwen35.forward(self.weights, self.config, np.asarray(tokens, np.int64),
+                                self.states[0])  # fmt: skip
+        return logits[-1:]
+
+    @property
+    def lengths(self) -> list[int]:
+        """The positions each sequence holds."""
+        return [s.pos for s in self.states]
+
     def score(self, tokens: list[int], chunk: int | None = None) -> np.ndarray:
         """Teacher-forced logits (T, V) of one sequence from an empty state, `chunk` tokens a
         call (default all at once); decode() then continues it."""

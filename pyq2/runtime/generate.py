@@ -19,6 +19,12 @@ first token, and the load time where the caller sets it; a backend that replays 
 (warm) captures those the generation needs after the first token, timed apart from the decode
 steps (graphs, graphs_s). An interruption (Ctrl-C) ends the generation early with
 `interrupted` set and the timings so far.
+
+A backend that keeps a sequence's caches between generations (ModelBackend, extend) lets a
+generation of one prompt start from them: with `held`, the prompt's first `held` tokens are what
+the backend's sequence already holds (a conversation's earlier turns, pyq2.runtime.conversation),
+and only the rest runs through the model. Generation.chosen then says what the backend holds
+after it: the prompt and the chosen tokens, the first `lengths[0]` of them.
 """
 
 from __future__ import annotations
@@ -39,7 +45,10 @@ class ModelBackend(Protocol):
     decode_sample(tokens | None, params) -> (a function returning the chosen tokens): a step
     and its sampling started, None taking the previous call's choice (pyq2.runtime.gpu_model).
     One that replays decode graphs also has warm(steps, params) -> the number of graphs it
-    captured for the next `steps` steps."""
+    captured for the next `steps` steps. One that keeps its caches between generations also has
+    extend(tokens) -> the logits (1, V) after them: the one sequence goes on with more prompt
+    tokens from the positions it holds, and sampling starts again (a new generation: its seed,
+    its repetition history); and `lengths`, the positions each sequence holds."""
 
     name: str  # what runs it, for the timings line ("cpu (numpy)", "gpu (NVIDIA H200)")
     n_vocab: int
@@ -72,13 +81,15 @@ class Generation:
     tokens: list[int] = field(default_factory=list)
     text: str = ""
     finish: str | None = None  # "eos", "stop", "length", "context"
+    chosen: list[int] = field(default_factory=list)  # every chosen token, end-of-sequence too
 
 
 @dataclass
 class Timings:
     backend: str = ""
     load_s: float = 0.0  # opening the model (the caller's): the file to the device, warm-up
-    prompt_tokens: int = 0
+    prompt_tokens: int = 0  # those run through the model (a held prefix not counted)
+    held_tokens: int = 0  # the prompt's first tokens already in the backend's caches
     prompt_s: float = 0.0
     decode_tokens: int = 0
     decode_s: float = 0.0
@@ -92,6 +103,7 @@ class Timings:
             "backend": self.backend,
             "load_s": self.load_s,
             "prompt_tokens": self.prompt_tokens,
+            "held_tokens": self.held_tokens,
             "prompt_s": self.prompt_s,
             "prompt_tokens_per_s": _rate(self.prompt_tokens, self.prompt_s),
             "decode_tokens": self.decode_tokens,
@@ -109,7 +121,8 @@ class Timings:
             f"backend: {self.backend}",
             *([f"load: {self.load_s:.1f} s"] if self.load_s else []),
             f"prompt: {self.prompt_tokens} tokens in {self.prompt_s * 1e3:.1f} ms "
-            f"({d['prompt_tokens_per_s']:.1f} tokens/s)",
+            f"({d['prompt_tokens_per_s']:.1f} tokens/s)"
+            + (f", after {self.held_tokens} held from before" if self.held_tokens else ""),
             f"decode: {self.decode_tokens} tokens in {self.decode_s * 1e3:.1f} ms "
             f"({d['decode_tokens_per_s']:.1f} tokens/s)",
             f"time to first token: {self.first_token_s * 1e3:.1f} ms"
@@ -186,10 +199,21 @@ def generate(
     options: Options,
     on_text: Callable[[int, str], None] | None = None,
     timings: Timings | None = None,
+    held: int = 0,
 ) -> list[Generation]:
     """Run the prompts (token ids) and decode (module docstring); fills `timings` as it goes,
-    so that an interrupted caller still has the figures so far."""
+    so that an interrupted caller still has the figures so far. held: the one prompt's first
+    tokens that the backend's sequence already holds (its extend runs the rest)."""
     check_prompts(prompts, backend.n_vocab, backend.context, options.max_tokens)
+    extend = getattr(backend, "extend", None)
+    if held and not (extend is not None and len(prompts) == 1 and 0 < held < len(prompts[0])):
+        raise ValueError(
+            f"held {held}: a held prefix needs a backend that keeps its caches (extend), one "
+            "prompt and at least one token of it past the prefix"
+        )
+    lengths = list(getattr(backend, "lengths", []))
+    if held and lengths != [held]:
+        raise ValueError(f"held {held}: the backend's sequences hold {lengths} positions")
     t = timings if timings is not None else Timings()
     t.backend = backend.name
     seqs = [Generation(list(p)) for p in prompts]
@@ -219,12 +243,18 @@ def generate(
     try:
         if options.max_tokens == 0:
             return seqs
-        t.prompt_tokens = sum(len(p) for p in prompts)
-        logits = backend.prefill([list(p) for p in prompts])
+        t.prompt_tokens = sum(len(p) for p in prompts) - held
+        t.held_tokens = held
+        if held:
+            assert extend is not None
+            logits = extend(list(prompts[0][held:]))
+        else:
+            logits = backend.prefill([list(p) for p in prompts])
         history = [list(p) for p in prompts]
         nxt = backend.sample(logits, options.sampling, history)
         t.prompt_s = t.first_token_s = time.perf_counter() - t0
         for i, tok in enumerate(nxt):
+            seqs[i].chosen.append(tok)
             accept(i, tok)
             history[i].append(tok)
         warm = getattr(backend, "warm", None)
@@ -252,6 +282,7 @@ def generate(
             nxt = pending()
             for i, tok in enumerate(nxt):
                 if seqs[i].finish is None:
+                    seqs[i].chosen.append(tok)
                     accept(i, tok)
                     history[i].append(tok)
                     t.decode_tokens += 1

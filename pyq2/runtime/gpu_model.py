@@ -208,6 +208,22 @@ class GpuModel:
         self._started([len(p) for p in prompts])
         return torch.stack(last)
 
+    def extend(self, tokens: list[int]) -> Any:
+        """The one sequence on with more prompt tokens from the positions it holds (its caches
+        kept): the logits (1, V) of the last; sampling starts again from the seed (a new
+        generation)."""
+        if len(self.lengths) != 1 or not tokens:
+            raise ValueError(f"extend: one sequence and at least one token ({len(self.lengths)} "
+                             f"sequences, {len(tokens)} tokens)")  # fmt: skip
+        start = self.lengths[0]
+        if start + len(tokens) > self.context:
+            raise ValueError(f"extend: {start} + {len(tokens)} positions do not fit the context "
+                             f"of {self.context}")  # fmt: skip
+        self._generator, self._mask = None, None
+        last = self._prompt(0, tokens, self.chunk, every_row=False, offset=start)
+        self._started([start + len(tokens)])
+        return last[None]
+
     def score(self, tokens: list[int], chunk: int | None = None) -> Any:
         """Teacher-forced logits (T, V) float32 of one sequence from an empty cache, the prompt
         path in chunks of `chunk` tokens (default the model's)."""
@@ -216,16 +232,19 @@ class GpuModel:
         self._started([len(tokens)])
         return rows
 
-    def _prompt(self, seq: int, ids: list[int], chunk: int, every_row: bool) -> Any:
-        """Sequence `seq`'s prompt through the model, `chunk` tokens a step: the logits (float32)
-        of every token, or of the last only."""
+    def _prompt(
+        self, seq: int, ids: list[int], chunk: int, every_row: bool, offset: int = 0
+    ) -> Any:
+        """Sequence `seq`'s prompt through the model from position `offset` (the caches hold
+        the positions before it), `chunk` tokens a step: the logits (float32) of every token,
+        or of the last only."""
         torch = require_torch()
         rows = []
         for start in range(0, len(ids), chunk):
             piece = ids[start : start + chunk]
             step = self._step(len(piece), last_row=not every_row)
             step.ids.copy_(torch.tensor(piece, dtype=torch.int32))
-            self._run(step, ("prefill", seq, start))
+            self._run(step, ("prefill", seq, offset + start))
             if every_row:
                 rows.append(step.logits.float().clone())
         return torch.cat(rows) if every_row else step.logits[-1].float().clone()

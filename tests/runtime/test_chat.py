@@ -64,6 +64,23 @@ def test_a_message_too_long_alone_is_refused_and_the_conversation_kept(model):
     assert conv.turns == [("hi", "hello")]
 
 
+def test_a_turn_continues_from_the_held_tokens_when_the_rendering_starts_with_their_text(model):
+    tk = model.tokenizer
+    conv = Conversation(tk, model.chat_template, 256, 8)
+    assert conv.continued("And then?") is None  # nothing held yet
+    ids, _ = conv.prompt("The ship came back")
+    conv.held = ids + tk.encode("in the spring", add_bos=False)  # a turn's prompt and choices
+    conv.reply("The ship came back", "in the spring")
+    got = conv.continued("And then?")
+    assert got is not None and got[: len(conv.held)] == conv.held
+    assert tk.decode(got) == conv._text(conv.turns, "And then?")  # the rest: the template's
+    conv.turns[-1] = ("The ship came back", "in the autumn")  # not the text the model holds
+    assert conv.continued("And then?") is None
+    tight = Conversation(tk, model.chat_template, len(got) + 7, 8)  # no room for a reply
+    tight.held, tight.turns = conv.held, [("The ship came back", "in the spring")]
+    assert tight.continued("And then?") is None
+
+
 SHORT = Options(max_tokens=6)
 
 
@@ -72,6 +89,27 @@ def run_loop(model, lines):
     feed = iter(lines)
     status = chat_loop(model, SHORT, lambda: next(feed, None), out.append, notes.append)
     return status, "".join(out), notes
+
+
+def test_later_turns_run_only_their_own_tokens_and_reply_as_from_an_empty_cache(model, monkeypatch):
+    """With the CPU backend (extend) each later turn runs its own tokens after those the last
+    turn left (its prompt and the model's choices, not the reply re-encoded), and replies what
+    the same ids give from an empty cache."""
+    real, runs = conversation.generate, []
+
+    def recording(backend, tokenizer, prompts, options, on_text=None, timings=None, held=0):
+        gens = real(backend, tokenizer, prompts, options, on_text, timings, held)
+        runs.append((list(prompts[0]), held, gens[0]))
+        return gens
+
+    monkeypatch.setattr(conversation, "generate", recording)
+    status, out, notes = run_loop(model, ["The ship came back", "And then?", "Where to?"])
+    assert status == 0 and [h > 0 for _, h, _ in runs] == [False, True, True]
+    for (ids0, _, g0), (ids1, held, _) in zip(runs, runs[1:], strict=False):
+        assert ids1[:held] == (ids0 + g0.chosen)[:held] and held >= len(ids0)
+    assert sum("held from before" in n for n in notes) == 2
+    for ids, _, g in runs[1:]:
+        assert real(model.backend, model.tokenizer, [ids], SHORT)[0].tokens == g.tokens
 
 
 def test_reset_starts_again_and_exit_ends_before_the_rest(model):
@@ -88,12 +126,12 @@ def test_ctrl_c_stops_a_reply_keeps_its_text_and_the_conversation_goes_on(model,
     real = conversation.generate
     calls = []
 
-    def interrupted_once(backend, tokenizer, prompts, options, on_text=None, timings=None):
+    def interrupted_once(backend, tokenizer, prompts, options, on_text=None, timings=None, held=0):
         calls.append(prompts[0])
         if len(calls) == 1:
             on_text(0, "half a rep")
             raise Interrupted(signal.SIGINT)
-        return real(backend, tokenizer, prompts, options, on_text, timings)
+        return real(backend, tokenizer, prompts, options, on_text, timings, held)
 
     monkeypatch.setattr(conversation, "generate", interrupted_once)
     status, out, notes = run_loop(model, ["The ship came back", "And then?"])

@@ -77,6 +77,43 @@ def test_prompt_in_chunks_and_token_by_token_give_the_same_logits(cpu):
         assert np.allclose(model.score(ids, chunk=chunk), whole, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("sampling", [SamplingParams(), SamplingParams(
+    temperature=1.2, top_k=40, repetition_penalty=1.2, seed=3)])  # fmt: skip
+def test_a_held_prefix_runs_only_the_rest_and_gives_what_the_whole_prompt_gives(cpu, sampling):
+    _, model, tok, _ = cpu
+    first = tok.encode("The ship came back")
+    a = generate(model, tok, [first], Options(max_tokens=5, sampling=sampling))[0]
+    held = (first + a.chosen)[: model.lengths[0]]
+    assert len(held) == len(first) + len(a.chosen) - 1  # the last choice is not run
+    more = held + tok.encode(" and then the river", add_bos=False)
+    t = Timings()
+    opts = Options(max_tokens=8, sampling=sampling)
+    got = generate(model, tok, [more], opts, timings=t, held=len(held))[0]
+    assert model.lengths == [len(more) + len(got.chosen) - 1]
+    want = generate(model, tok, [more], opts)[0]
+    assert (got.tokens, got.text) == (want.tokens, want.text)
+    assert (t.held_tokens, t.prompt_tokens) == (len(held), len(more) - len(held))
+    assert t.lines()[1].endswith(f"after {len(held)} held from before")
+
+
+def test_a_held_prefix_is_refused_where_it_cannot_be(cpu):
+    _, model, tok, _ = cpu
+    ids = tok.encode("The ship came back")
+    generate(model, tok, [ids], Options(max_tokens=2))
+    n = model.lengths[0]
+    longer = ids + [5, 6]
+    with pytest.raises(ValueError, match="one prompt"):
+        generate(model, tok, [longer, longer], Options(max_tokens=2), held=n)
+    with pytest.raises(ValueError, match="past the prefix"):
+        generate(model, tok, [longer[:n]], Options(max_tokens=2), held=n)
+    with pytest.raises(ValueError, match="hold"):
+        generate(model, tok, [longer], Options(max_tokens=2), held=n - 1)
+    with pytest.raises(ValueError, match="context"):
+        model.extend([5] * model.context)
+    with pytest.raises(ValueError, match="at least one token"):
+        model.extend([])
+
+
 def test_stop_strings_end_the_text_before_them(cpu):
     _, model, tok, _ = cpu
     free = run(model, tok, ["The ship"], max_tokens=16)[0]
@@ -116,6 +153,9 @@ def test_the_end_of_sequence_token_stops_a_sequence(cpu):
 
     seq = generate(Eos(), tok, [tok.encode("Hi")], Options(max_tokens=10))[0]
     assert seq.finish == "eos" and seq.tokens == [42, 42]
+    assert seq.chosen == [42, 42, tok.eos_ids[0]]  # what the backend was given or chose
+    with pytest.raises(ValueError, match="keeps its caches"):  # no extend
+        generate(Eos(), tok, [tok.encode("Hi there")], Options(max_tokens=2), held=1)
 
 
 class Chained:

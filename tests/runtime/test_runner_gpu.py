@@ -119,6 +119,22 @@ def test_prompt_chunks_give_the_same_logits(model_file, chunk):
     assert rel_rms(parts, whole) <= CHUNK_TOL
 
 
+def test_a_prompt_extended_from_held_caches_gives_the_whole_prompts_logits(model_file):
+    """A prompt, decode steps, then extend (the caches kept; past a chunk boundary) against the
+    same tokens as one prompt: within the chunkings' tolerance; the positions held say so."""
+    _, gpu, _, _ = open_both(model_file)
+    seq = tokens(45, seed=4)
+    whole = gpu.prefill([seq])
+    gpu.prefill([seq[:13]])
+    for t in seq[13:15]:
+        gpu.decode([t])
+    got = gpu.extend(seq[15:])
+    assert gpu.lengths == [45] and got.shape == whole.shape
+    assert rel_rms(got.cpu().numpy(), whole.cpu().numpy()) <= CHUNK_TOL
+    with pytest.raises(ValueError, match="context"):
+        gpu.extend([1] * gpu.context)
+
+
 def test_a_batch_gives_what_each_sequence_gives_alone(model_file):
     _, gpu, tok, _ = open_both(model_file)
     prompts = [tokens(n, seed=n) for n in (5, 19, 11)]
@@ -261,8 +277,8 @@ def test_transformers_on_the_float_twin_agrees(model_file, tmp_path, dtype):
 
 
 def test_a_chat_replies_on_the_gpu_as_on_the_cpu(model_file):
-    """pyq2 chat's loop (pyq2.runtime.conversation) on the demo's sharp head: every turn runs a
-    new prompt through the same GpuModel (its caches reset, its graphs reused), and the replies
+    """pyq2 chat's loop (pyq2.runtime.conversation) on the demo's sharp head: later turns run
+    their own tokens after those the GpuModel holds (extend; its graphs reused), and the replies
     are the CPU reference's."""
     if model_file.parent.name.startswith("larger"):
         pytest.skip("a gaussian head: greedy decoding meets near-ties")
