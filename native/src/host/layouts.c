@@ -76,6 +76,20 @@ pq2_status pq2_view_of_weights(pq2_view *v, const char *fn, const char *what, co
     return PQ2_OK;
 }
 
+/* Where a row's blocks live: code piece i (qs[4i .. 4i+3]) of block g at code[i] + g * code_step,
+ * its scale at scale + g * scale_step (every layout's offsets are linear in g). */
+typedef struct row_map {
+    size_t code[8], code_step, scale, scale_step;
+} row_map;
+
+static void row_map_of(const pq2_view *v, int64_t row, row_map *m)
+{
+    for (int i = 0; i < 8; i++) m->code[i] = pq2_code_offset(v, row, 0, 4 * i);
+    m->code_step = pq2_code_offset(v, row, 1, 0) - m->code[0];
+    m->scale = pq2_scale_offset(v, row, 0);
+    m->scale_step = pq2_scale_offset(v, row, 1) - m->scale;
+}
+
 /* Blocks move as the 4-byte pieces qs[4i .. 4i+3], contiguous in every layout. */
 static inline void read_block(const pq2_view *v, int64_t row, int64_t g, pq2_block *out)
 {
@@ -140,15 +154,24 @@ PQ2_API pq2_status pq2_convert_layout(const pq2_weights *src, void *dst, size_t 
     memset(&pad, 0, sizeof pad);
     memset(pad.qs, 0x55, sizeof pad.qs);
 
-    pq2_block blk;
+    /* Row by row, each row's piece offsets found once (the per-piece tile arithmetic of
+     * pq2_code_offset costs a division per 4 bytes). */
     for (int64_t row = 0; row < d.rows; row++) {
+        row_map dm, sm;
+        row_map_of(&d, row, &dm);
+        if (row >= s.n) {
+            for (int64_t g = 0; g < d.groups; g++) write_block(&d, row, g, &pad);
+            continue;
+        }
+        row_map_of(&s, row, &sm);
         for (int64_t g = 0; g < d.groups; g++) {
-            if (row < s.n) {
-                read_block(&s, row, g, &blk);
-                write_block(&d, row, g, &blk);
-            } else {
-                write_block(&d, row, g, &pad);
-            }
+            const uint8_t *src = s.data;
+            uint8_t *dst = d.data;
+            for (int i = 0; i < 8; i++)
+                memcpy(dst + dm.code[i] + (size_t)g * dm.code_step,
+                       src + sm.code[i] + (size_t)g * sm.code_step, 4);
+            memcpy(dst + dm.scale + (size_t)g * dm.scale_step,
+                   src + sm.scale + (size_t)g * sm.scale_step, 2);
         }
     }
     return pq2_ok();
