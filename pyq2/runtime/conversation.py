@@ -22,6 +22,7 @@ conversation goes on; Ctrl-C while waiting for a line, or any other signal, ends
 
 from __future__ import annotations
 
+import codecs
 import signal
 from collections.abc import Callable
 from dataclasses import replace
@@ -51,16 +52,23 @@ class Conversation:
     def continued(self, user: str) -> list[int] | None:
         """The token ids of the turn that says `user` from the held tokens: those, then the
         rendered conversation's text past theirs, encoded alone; None when the rendering does
-        not start with their text, adds nothing to it or does not leave room for a reply."""
+        not start with their text, adds nothing to it or does not leave room for a reply, and
+        when the held tokens end inside a character (its last bytes not run: their text would
+        end in a U+FFFD that a complete character of the reply stands for). ValueError as
+        prompt() for text it cannot encode."""
         if not self.held:
             return None
         tk = self.tokenizer
         lead = len(tk.encode("", add_bos=None))  # a beginning-of-sequence token the text lacks
-        past = tk.decode(self.held[lead:])
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        past = decoder.decode(b"".join(tk.token_bytes(t) for t in self.held[lead:]))
+        if decoder.getstate()[0]:  # bytes of an unfinished character
+            return None
         text = self._text(self.turns, user)
         if not text.startswith(past):
             return None
-        ids = self.held + tk.encode(text[len(past) :], add_bos=False)
+        rest = text[len(past) :]
+        ids = self.held + tk.encode(rest, add_bos=False)
         room = self.context - min(self.max_tokens, self.context // 2)
         return ids if len(self.held) < len(ids) <= room else None
 
@@ -130,15 +138,15 @@ def chat_loop(
             conv.reset()
             note("the conversation starts again")
             continue
-        ids = conv.continued(text) if keeps else None
         dropped = 0
-        held = len(conv.held) if ids is not None else 0
-        if ids is None:
-            try:
+        try:
+            ids = conv.continued(text) if keeps else None
+            held = len(conv.held) if ids is not None else 0
+            if ids is None:
                 ids, dropped = conv.prompt(text)
-            except ValueError as e:
-                note(f"error: {e}")
-                continue
+        except ValueError as e:
+            note(f"error: {e}")
+            continue
         if dropped:
             note(
                 f"dropped the {dropped} oldest turn{'s' if dropped > 1 else ''} to fit the context"
@@ -149,7 +157,7 @@ def chat_loop(
         try:
             gen = generate(backend, model.tokenizer, [ids], opts, on_text, timings, held)[0]
             reply = gen.text
-            if keeps:
+            if keeps and gen.chosen:  # the prompt ran (not with max_tokens 0)
                 conv.held = (ids + gen.chosen)[: backend.lengths[0]]
         except KeyboardInterrupt as e:
             if isinstance(e, Interrupted) and e.signum != signal.SIGINT:

@@ -81,6 +81,22 @@ def test_a_turn_continues_from_the_held_tokens_when_the_rendering_starts_with_th
     assert tight.continued("And then?") is None
 
 
+def test_held_tokens_that_end_inside_a_character_are_not_continued(model):
+    """Compared as bytes: held tokens ending inside a character (the model's last byte token
+    not run) decode to U+FFFD as a reply's text may; the rest would start inside it."""
+    tk = model.tokenizer
+    char = tk.encode("\u4f60", add_bos=False)  # one character, three bytes
+    conv = Conversation(tk, model.chat_template, 256, 8)
+    ids, _ = conv.prompt("The ship came back")
+    conv.held = ids + char[:-1]
+    for reply in ("\u4f60", "\ufffd"):
+        conv.turns = [("The ship came back", reply)]
+        assert conv.continued("And then?") is None
+    conv.held = ids + char
+    conv.turns = [("The ship came back", "\u4f60")]
+    assert conv.continued("And then?") is not None
+
+
 SHORT = Options(max_tokens=6)
 
 
@@ -110,6 +126,19 @@ def test_later_turns_run_only_their_own_tokens_and_reply_as_from_an_empty_cache(
     assert sum("held from before" in n for n in notes) == 2
     for ids, _, g in runs[1:]:
         assert real(model.backend, model.tokenizer, [ids], SHORT)[0].tokens == g.tokens
+
+
+def test_a_later_turn_that_cannot_be_encoded_is_an_error_and_the_chat_goes_on(model):
+    status, out, notes = run_loop(model, ["The ship came back", "bad \udcff", "And then?"])
+    assert status == 0 and out.count("\n") == 2
+    assert any(n.startswith("error:") and "surrogate" in n for n in notes)
+
+
+def test_a_chat_of_no_tokens_a_reply_runs_nothing(model):
+    out, notes, feed = [], [], iter(["The ship came back", "And then?"])
+    status = chat_loop(model, Options(max_tokens=0), lambda: next(feed, None), out.append,
+                       notes.append)  # fmt: skip
+    assert status == 0 and "".join(out) == "\n\n"
 
 
 def test_reset_starts_again_and_exit_ends_before_the_rest(model):

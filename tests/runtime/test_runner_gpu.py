@@ -135,6 +135,26 @@ def test_a_prompt_extended_from_held_caches_gives_the_whole_prompts_logits(model
         gpu.extend([1] * gpu.context)
 
 
+def test_after_a_chained_generation_the_held_tokens_are_what_the_caches_hold(model_file):
+    """A generation that ends at a stop string ran one chained step past its last token (that
+    token is in the caches): the prompt and the chosen tokens, cut at `lengths`, then extend,
+    give the logits of the same tokens as one prompt."""
+    _, gpu, tok, _ = open_both(model_file)
+    prompt = tok.encode("The ship came back in the spring")
+    free = generate(gpu, tok, [prompt], Options(max_tokens=10))[0]
+    stop = free.text[4:6]
+    if len(stop) < 2:
+        pytest.skip("the greedy text is too short for a stop string")
+    g = generate(gpu, tok, [prompt], Options(max_tokens=10, stop=(stop,)))[0]
+    assert g.finish == "stop" and len(g.chosen) >= 2
+    assert gpu.lengths == [len(prompt) + len(g.chosen)]  # the step past the last ran
+    held = (prompt + g.chosen)[: gpu.lengths[0]]
+    more = held + tok.encode(" and the river", add_bos=False)
+    got = gpu.extend(more[len(held) :]).cpu().numpy()
+    want = gpu.prefill([more]).cpu().numpy()
+    assert rel_rms(got, want) <= CHUNK_TOL
+
+
 def test_a_batch_gives_what_each_sequence_gives_alone(model_file):
     _, gpu, tok, _ = open_both(model_file)
     prompts = [tokens(n, seed=n) for n in (5, 19, 11)]
@@ -289,9 +309,10 @@ def test_a_chat_replies_on_the_gpu_as_on_the_cpu(model_file):
     replies = []
     for device in ("cpu", "gpu"):
         model = open_model(model_file, device=device, context=256)
-        out, feed = [], iter(lines)
+        out, notes, feed = [], [], iter(lines)
         status = chat_loop(model, Options(max_tokens=12), lambda f=feed: next(f, None),
-                           out.append, lambda line: None)  # fmt: skip
+                           out.append, notes.append)  # fmt: skip
         assert status == 0 and model.device == device
+        assert sum("held from before" in n for n in notes) == 1, notes  # the second turn
         replies.append("".join(out))
     assert replies[0] == replies[1] and replies[0].count("\n") == 3
