@@ -23,8 +23,8 @@ from pyq2.gguf.io import OutTensor
 
 from .conftest import listing, random_pq2, subprocess_env, write_gguf_file
 
-# One PQ2_0 matrix of 64 MB: about half a second of conversion on a slow CPU.
-BIG_K, BIG_N = 4096, 60_000
+# One PQ2_0 matrix of 256 MB: about half a second of conversion on a slow CPU (about 2 GB/s).
+BIG_K, BIG_N = 4096, 240_000
 
 
 @pytest.fixture(scope="module")
