@@ -133,6 +133,9 @@ class Model:
     # the matrices decode steps concatenate (pyq2.runtime.step.concat_rows), by member names:
     # made once for every step of the model
     concatenated: dict[tuple[str, ...], PQ2Weights] = field(default_factory=dict)
+    # the side projections' weights of a stage, concatenated in a step's dtype (DecodeStep):
+    # made once for every step of the model
+    side_weights: dict[tuple[tuple[str, ...], Any], Any] = field(default_factory=dict)
 
     def rotation_for(self, width: int) -> DeviceRotation | None:
         return self.rotations.get(width)

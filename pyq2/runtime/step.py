@@ -168,7 +168,12 @@ class DecodeStep:
                     self.outputs[name] = out[:, first : first + cols]
             if stage.unrotated:
                 self.normed.setdefault(width, empty(m, width))
-                side_w = torch.cat([model.dense[n] for n in stage.unrotated]).to(self.dtype)
+                side_key = (tuple(stage.unrotated), self.dtype)
+                if side_key not in model.side_weights:
+                    model.side_weights[side_key] = torch.cat(
+                        [model.dense[n] for n in stage.unrotated]
+                    ).to(self.dtype)
+                side_w = model.side_weights[side_key]
                 col, first_rows = 0, {}
                 for n in stage.unrotated:
                     first_rows[n] = col
