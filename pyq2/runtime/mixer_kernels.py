@@ -19,8 +19,10 @@ over its state, written back where it was read:
   programs that share a K head's channels need no ordering.
 - attention_decode: program (chunk c, KV head, sequence b) normalises and rotates the group's
   queries and the new key, stores the new key and value in the cache (the program whose chunk
-  holds the position), and attends to the chunk's positions (flash-decoding); a second kernel
-  merges the chunks' partial softmax sums per query head and multiplies by sigmoid(gate).
+  holds the position), and attends to the chunk's positions (flash-decoding), a tile of
+  attention_chunk positions at a time with a running softmax over attention_tiles tiles; a
+  second kernel merges the chunks' partial softmax sums per query head and multiplies by
+  sigmoid(gate).
 - A prompt piece of one sequence: gdn_prompt_conv (the convolution over the piece and the ring's
   rows before it, SiLU, the L2 norms, q and k tiled to the V heads: the inputs of
   flash-linear-attention's chunked rule) and gdn_gated_norm after it; attention_prompt (q and k
@@ -49,8 +51,10 @@ import triton.language as tl
 
 from ..lib.optional import require_torch
 
-CHUNK = 64  # cache positions per attention decode program
+CHUNK = 64  # cache positions per tile of an attention decode program
 CHUNK_ONE = 128  # ... in a step of one sequence
+ATTENTION_TILES = 1  # tiles per attention decode program (online softmax across them)
+ATTENTION_TILES_ONE = 1  # ... in a step of one sequence
 GDN_BV = 32  # state columns per Gated-DeltaNet program
 GDN_WARPS = 2
 EARLY_STATE = 3  # gdn_decode loads the state first up to this many programs per multiprocessor
@@ -223,27 +227,30 @@ def _attention_partial(
     m_out, l_out, acc_out,
     s_qg, s_k, s_v, s_cb, s_ch, s_cs, n_chunks, scale, eps,
     H: tl.constexpr, G: tl.constexpr, BG: tl.constexpr, D: tl.constexpr,
-    HALF: tl.constexpr, NROT: tl.constexpr, BS: tl.constexpr, PDL: tl.constexpr,
-    LINE: tl.constexpr, LINES: tl.constexpr,
+    HALF: tl.constexpr, NROT: tl.constexpr, BS: tl.constexpr, TILES: tl.constexpr,
+    PDL: tl.constexpr, LINE: tl.constexpr, LINES: tl.constexpr,
 ):  # fmt: skip
-    # a chunk past the row's position holds nothing it attends to: a graph at a longer span
-    # than a step needs pays only these programs' start
-    if tl.program_id(0) * BS > tl.load(positions + tl.program_id(2)):
+    # program c covers the TILES tiles of BS positions from c * TILES * BS; a chunk past the row's
+    # position holds nothing it attends to: a graph at a longer span than a step needs pays only
+    # these programs' start
+    base = tl.program_id(0) * (TILES * BS)
+    pos = tl.load(positions + tl.program_id(2))
+    if base > pos:
         return
-    # the chunk's cached keys and values (LINES lines of LINE elements a row) into L2 while the
-    # kernel before runs: no kernel of the step writes them before this one
-    last = tl.maximum(tl.load(positions + tl.program_id(2)) - 1, 0)
-    rows = tl.minimum(tl.program_id(0) * BS + tl.arange(0, BS), last)
-    lines = (tl.program_id(2) * s_cb + tl.program_id(1) * s_ch + rows[:, None] * s_cs
-             + tl.arange(0, LINES)[None, :] * LINE)  # fmt: skip
-    _prefetch_l2(k_cache + lines)
-    _prefetch_l2(v_cache + lines)
+    # the chunk's cached keys and values (LINES lines of LINE elements a row, up to the
+    # position) into L2 while the kernel before runs: no kernel of the step writes them before
+    # this one
+    last = tl.maximum(pos - 1, 0)
+    for t in tl.static_range(TILES):
+        rows = tl.minimum(base + t * BS + tl.arange(0, BS), last)
+        lines = (tl.program_id(2) * s_cb + tl.program_id(1) * s_ch + rows[:, None] * s_cs
+                 + tl.arange(0, LINES)[None, :] * LINE)  # fmt: skip
+        _prefetch_l2(k_cache + lines)
+        _prefetch_l2(v_cache + lines)
     _dependent(PDL)
     c = tl.program_id(0)
     kvh = tl.program_id(1)
     b = tl.program_id(2)
-    pos = tl.load(positions + b)
-    start = c * BS
     d = tl.arange(0, D)
     g = tl.arange(0, BG)
     heads = kvh * G + tl.minimum(g, G - 1)  # rows past the group repeat its last head
@@ -255,27 +262,37 @@ def _attention_partial(
                        HALF, NROT)  # fmt: skip
     v_new = tl.load(v_in + b * s_v + kvh * D + d).to(tl.float32)
     cache = b * s_cb + kvh * s_ch
-    owner = (pos >= start) & (pos < start + BS)
+    owner = (pos >= base) & (pos < base + TILES * BS)
     dt = k_cache.dtype.element_ty
     k_new = k_new.to(dt)
     v_new = v_new.to(dt)
     tl.store(k_cache + cache + pos * s_cs + d, k_new, mask=owner & (d < D))
     tl.store(v_cache + cache + pos * s_cs + d, v_new, mask=owner & (d < D))
-    offs = start + tl.arange(0, BS)
-    old = (offs < pos)[:, None]
-    at = (offs == pos)[:, None]
-    tile = cache + offs[:, None] * s_cs + d[None, :]
-    keys = tl.where(at, k_new[None, :], tl.load(k_cache + tile, mask=old, other=0.0))
-    values = tl.where(at, v_new[None, :], tl.load(v_cache + tile, mask=old, other=0.0))
-    scores = tl.dot(q.to(dt), tl.trans(keys), input_precision="ieee") * scale
-    scores = tl.where((offs <= pos)[None, :], scores, float("-inf"))
-    m = tl.max(scores, 1)
-    p = tl.exp(scores - m[:, None])
-    acc = tl.dot(p.to(dt), values, input_precision="ieee")
-    valid = (start <= pos) & (g < G)
+    qd = q.to(dt)
+    m_run = tl.full((BG,), float("-inf"), tl.float32)
+    l_run = tl.zeros((BG,), tl.float32)
+    acc = tl.zeros((BG, D), tl.float32)
+    # the tiles that hold positions up to pos (the first one always does)
+    n_tiles = tl.minimum((pos - base) // BS + 1, TILES)
+    for t in range(n_tiles):
+        offs = base + t * BS + tl.arange(0, BS)
+        old = (offs < pos)[:, None]
+        at = (offs == pos)[:, None]
+        tile = cache + offs[:, None] * s_cs + d[None, :]
+        keys = tl.where(at, k_new[None, :], tl.load(k_cache + tile, mask=old, other=0.0))
+        values = tl.where(at, v_new[None, :], tl.load(v_cache + tile, mask=old, other=0.0))
+        scores = tl.dot(qd, tl.trans(keys), input_precision="ieee") * scale
+        scores = tl.where((offs <= pos)[None, :], scores, float("-inf"))
+        m_new = tl.maximum(m_run, tl.max(scores, 1))
+        carry = tl.exp(m_run - m_new)
+        p = tl.exp(scores - m_new[:, None])
+        l_run = l_run * carry + tl.sum(p, 1)
+        acc = acc * carry[:, None] + tl.dot(p.to(dt), values, input_precision="ieee")
+        m_run = m_new
+    valid = g < G
     slot = (b * H + kvh * G + g) * n_chunks + c
-    tl.store(m_out + slot, m, mask=valid)
-    tl.store(l_out + slot, tl.sum(p, 1), mask=valid)
+    tl.store(m_out + slot, m_run, mask=valid)
+    tl.store(l_out + slot, l_run, mask=valid)
     tl.store(acc_out + slot[:, None] * D + d[None, :], acc, mask=valid[:, None])
 
 
@@ -515,8 +532,13 @@ def attention_prompt(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, st
 
 
 def attention_chunk(batch: int) -> int:
-    """Cache positions per attention decode program for steps of `batch` sequences."""
+    """Cache positions per tile of an attention decode program for steps of `batch` sequences."""
     return CHUNK_ONE if batch == 1 else CHUNK
+
+
+def attention_tiles(batch: int) -> int:
+    """Tiles of attention_chunk(batch) positions per attention decode program."""
+    return ATTENTION_TILES_ONE if batch == 1 else ATTENTION_TILES
 
 
 class AttentionScratch:
@@ -543,25 +565,25 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
         raise ValueError(f"head_dim {d.head_dim} is not a power of two of at least 16")
     _check(out, q_gate, k, v)
     group = d.n_head // d.n_head_kv
-    chunk = attention_chunk(b)
-    chunks = -(-span // chunk)
+    chunk, tiles = attention_chunk(b), attention_tiles(b)
+    chunks = -(-span // (chunk * tiles))
     if chunks > scratch.n_chunks:
         raise ValueError(f"span {span} is more than the scratch's context")
     p = pdl(q_gate.device.index)
     line = 128 // k_cache.element_size()  # elements of a 128-byte line
-    merge = max(1, min(MERGE_SPAN // chunk, MERGE_TILE // d.head_dim))
+    merge = max(1, min(MERGE_SPAN // (chunk * tiles), MERGE_TILE // d.head_dim))
     _attention_partial[(chunks, d.n_head_kv, b)](
         q_gate, k, v, k_cache, v_cache, positions, q_norm, k_norm, rope.cos, rope.sin,
         scratch.m, scratch.l, scratch.acc,
         q_gate.stride(0), k.stride(0), v.stride(0),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), scratch.n_chunks, scale, d.eps,
         H=d.n_head, G=group, BG=max(16, triton.next_power_of_2(group)), D=d.head_dim,
-        HALF=rope.half, NROT=rope.n_rot, BS=chunk, PDL=p, LINE=line,
+        HALF=rope.half, NROT=rope.n_rot, BS=chunk, TILES=tiles, PDL=p, LINE=line,
         LINES=max(1, d.head_dim // line), num_warps=ATTENTION_WARPS, launch_pdl=p,
     )  # fmt: skip
     _attention_merge[(d.n_head, b)](
         q_gate, positions, scratch.m, scratch.l, scratch.acc, out, q_gate.stride(0),
-        out.stride(0), scratch.n_chunks, H=d.n_head, D=d.head_dim, BS=chunk, BC=merge,
+        out.stride(0), scratch.n_chunks, H=d.n_head, D=d.head_dim, BS=chunk * tiles, BC=merge,
         PDL=p, num_warps=4, launch_pdl=p,
     )  # fmt: skip
 

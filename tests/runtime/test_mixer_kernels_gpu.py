@@ -156,15 +156,19 @@ def attention_pair(d, batch, context, cache, seed):
 @pytest.mark.parametrize("d", ATTN_SHAPES)
 @pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize(
-    "ch,merge_span",
+    "ch,tiles,merge_span",
     [
-        (mixer_kernels.CHUNK, mixer_kernels.MERGE_SPAN),
-        (mixer_kernels.CHUNK_ONE, mixer_kernels.MERGE_SPAN),
-        (mixer_kernels.CHUNK, 2 * mixer_kernels.CHUNK),  # two chunks a merge iteration, 5 chunks
+        (mixer_kernels.CHUNK, 1, mixer_kernels.MERGE_SPAN),
+        (mixer_kernels.CHUNK_ONE, 1, mixer_kernels.MERGE_SPAN),
+        (mixer_kernels.CHUNK, 1, 2 * mixer_kernels.CHUNK),  # two chunks a merge iteration, 5 chunks
+        # three tiles a program: positions in its first and last tile, and a second program
+        (mixer_kernels.CHUNK, 3, mixer_kernels.MERGE_SPAN),
+        (mixer_kernels.CHUNK, 2, 4 * mixer_kernels.CHUNK),  # 2-tile programs, two a merge pass
     ],
 )
-def test_attention_decode_matches_the_torch_form(d, cache, ch, merge_span, monkeypatch):
+def test_attention_decode_matches_the_torch_form(d, cache, ch, tiles, merge_span, monkeypatch):
     monkeypatch.setattr(mixer_kernels, "attention_chunk", lambda batch: ch)
+    monkeypatch.setattr(mixer_kernels, "attention_tiles", lambda batch: tiles)
     monkeypatch.setattr(mixer_kernels, "MERGE_SPAN", merge_span)
     batch, context = 5, 4 * ch + 40
     fast, slow, g = attention_pair(d, batch, context, cache, seed=d.head_dim)
