@@ -571,7 +571,9 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
         raise ValueError(f"span {span} is more than the scratch's context")
     p = pdl(q_gate.device.index)
     line = 128 // k_cache.element_size()  # elements of a 128-byte line
+    # programs a merge iteration: a power of two (tl.arange), chunk * tiles need not be one
     merge = max(1, min(MERGE_SPAN // (chunk * tiles), MERGE_TILE // d.head_dim))
+    merge = 1 << (merge.bit_length() - 1)
     _attention_partial[(chunks, d.n_head_kv, b)](
         q_gate, k, v, k_cache, v_cache, positions, q_norm, k_norm, rope.cos, rope.sin,
         scratch.m, scratch.l, scratch.acc,

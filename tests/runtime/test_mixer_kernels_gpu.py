@@ -173,8 +173,10 @@ def test_attention_decode_matches_the_torch_form(d, cache, ch, tiles, merge_span
     batch, context = 5, 4 * ch + 40
     fast, slow, g = attention_pair(d, batch, context, cache, seed=d.head_dim)
     assert fast.kernels is not None and slow.kernels is None
-    # positions at 0, on both sides of chunk boundaries and at the end of the span
-    positions = torch.tensor([0, ch - 1, ch, 2 * ch + 1, 4 * ch + 3], device=DEV)
+    # positions at 0, on both sides of chunk boundaries and at the end of the span; with several
+    # tiles a program, on both sides of a program's end too (the steps below cross it)
+    at = [0, ch - 1, ch, 2 * ch + 1] if tiles == 1 else [0, ch, tiles * ch - 1, tiles * ch]
+    positions = torch.tensor([*at, 4 * ch + 3], device=DEV)
     tol = FP32_TOL if cache == torch.float32 else BF16_TOL
     for step, span in ((0, 4 * ch + 4), (1, 4 * ch + 5), (2, context)):
         pos = positions + step
