@@ -51,11 +51,12 @@ import triton.language as tl
 
 from ..lib.optional import require_torch
 
-CHUNK = 64  # cache positions per tile of an attention decode program
+CHUNK = 128  # cache positions per tile of an attention decode program
 CHUNK_ONE = 128  # ... in a step of one sequence
-ATTENTION_TILES = 1  # tiles per attention decode program (online softmax across them)
+ATTENTION_TILES = 2  # tiles per attention decode program (online softmax across them)
 ATTENTION_TILES_ONE = 1  # ... in a step of one sequence
-GDN_BV = 32  # state columns per Gated-DeltaNet program
+GDN_BV = 64  # state columns per Gated-DeltaNet program
+GDN_BV_ONE = 16  # ... in a step of one sequence
 GDN_WARPS = 2
 EARLY_STATE = 3  # gdn_decode loads the state first up to this many programs per multiprocessor
 SIDE_ROWS = 8  # gdn_decode computes the side projections itself for steps of so many sequences
@@ -63,6 +64,7 @@ SIDE_WIDTH = 8192  # ... and normed rows of at most so many elements
 ATTENTION_WARPS = 8
 MERGE_SPAN = 4096  # cache positions the second attention kernel merges per iteration
 MERGE_TILE = 16384  # ... and at most so many partial sums (chunks x head_dim)
+STAGE_BYTES = 160 * 1024  # shared memory for the keys and values in flight of a decode program
 
 
 @functools.cache
@@ -349,7 +351,7 @@ def gdn_decode(qkv: Any, z: Any, alpha: Any, beta: Any, ring: Any, state: Any, o
         raise ValueError("the output before the gated norm must be contiguous float32")
     if not tileable(d.v_dim):
         raise ValueError(f"value head width {d.v_dim} is not a power of two of at least 16")
-    bv = min(d.v_dim, GDN_BV)
+    bv = min(d.v_dim, GDN_BV_ONE if b == 1 else GDN_BV)
     p = pdl(qkv.device.index)
     programs = d.v_heads * (d.v_dim // bv) * b
     early = programs <= EARLY_STATE * _sm_count(qkv.device.index)
@@ -574,6 +576,10 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
     # programs a merge iteration: a power of two (tl.arange), chunk * tiles need not be one
     merge = max(1, min(MERGE_SPAN // (chunk * tiles), MERGE_TILE // d.head_dim))
     merge = 1 << (merge.bit_length() - 1)
+    # a program of one tile has no loop to pipeline; several keep as many tiles of keys and
+    # values in flight as STAGE_BYTES of shared memory hold
+    tile_bytes = 2 * chunk * d.head_dim * k_cache.element_size()
+    stages = 1 if tiles == 1 else max(1, min(3, STAGE_BYTES // tile_bytes))
     _attention_partial[(chunks, d.n_head_kv, b)](
         q_gate, k, v, k_cache, v_cache, positions, q_norm, k_norm, rope.cos, rope.sin,
         scratch.m, scratch.l, scratch.acc,
@@ -581,7 +587,8 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), scratch.n_chunks, scale, d.eps,
         H=d.n_head, G=group, BG=max(16, triton.next_power_of_2(group)), D=d.head_dim,
         HALF=rope.half, NROT=rope.n_rot, BS=chunk, TILES=tiles, PDL=p, LINE=line,
-        LINES=max(1, d.head_dim // line), num_warps=ATTENTION_WARPS, launch_pdl=p,
+        LINES=max(1, d.head_dim // line), num_warps=ATTENTION_WARPS, num_stages=stages,
+        launch_pdl=p,
     )  # fmt: skip
     _attention_merge[(d.n_head, b)](
         q_gate, positions, scratch.m, scratch.l, scratch.acc, out, q_gate.stride(0),
