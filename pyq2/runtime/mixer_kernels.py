@@ -546,7 +546,7 @@ def attention_tiles(batch: int) -> int:
 class AttentionScratch:
     """The partial softmax sums of every chunk of a decode step (shared by the attention layers,
     which run one after another): B x H x chunks of the context, room for the smallest chunk
-    (B x H x context / 64 x (head_dim + 2) floats)."""
+    (B x H x context / min(CHUNK, CHUNK_ONE) x (head_dim + 2) floats)."""
 
     def __init__(self, batch: int, n_head: int, head_dim: int, context: int, device: Any):
         torch = require_torch()
