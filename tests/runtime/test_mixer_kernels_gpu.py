@@ -158,8 +158,9 @@ def attention_pair(d, batch, context, cache, seed):
 @pytest.mark.parametrize(
     "ch,tiles,merge_span",
     [
-        (mixer_kernels.CHUNK, 1, mixer_kernels.MERGE_SPAN),
-        (mixer_kernels.CHUNK_ONE, 1, mixer_kernels.MERGE_SPAN),
+        # the steps' own settings: several sequences, one sequence
+        (mixer_kernels.CHUNK, mixer_kernels.ATTENTION_TILES, mixer_kernels.MERGE_SPAN),
+        (mixer_kernels.CHUNK_ONE, mixer_kernels.ATTENTION_TILES_ONE, mixer_kernels.MERGE_SPAN),
         (mixer_kernels.CHUNK, 1, 2 * mixer_kernels.CHUNK),  # two chunks a merge iteration, 5 chunks
         # three tiles a program: positions in its first and last tile, and a second program
         (mixer_kernels.CHUNK, 3, mixer_kernels.MERGE_SPAN),
