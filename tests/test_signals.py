@@ -39,6 +39,14 @@ def big(tmp_path_factory):
     return path
 
 
+def default_dispositions():
+    """In the child before exec: the signals these tests send back to their default action. pyq2
+    leaves a signal its parent ignored ignored (pyq2.interrupts), and a test runner may have been
+    started with some ignored (nohup ignores SIGHUP; a shell's background job, SIGINT)."""
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_DFL)
+
+
 def start(*argv, code=None):
     """`python -m pyq2 ARGV` (or `python -c CODE ARGV`) started in a child process."""
     head = ["-c", code] if code else ["-m", "pyq2"]
@@ -49,6 +57,7 @@ def start(*argv, code=None):
         text=True,
         env=subprocess_env(),
         cwd=tempfile.gettempdir(),  # not the repository root, whose pyq2/ holds no library
+        preexec_fn=default_dispositions,
     )
 
 
@@ -102,6 +111,7 @@ def test_timeout_removes_the_temporary(workdir):
         text=True,
         env=subprocess_env(),
         cwd=tempfile.gettempdir(),
+        preexec_fn=default_dispositions,
     )
     while p.poll() is None:
         found = temporaries(workdir, "o.gguf")
