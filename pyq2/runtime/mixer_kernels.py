@@ -55,13 +55,14 @@ CHUNK = 128  # cache positions per tile of an attention decode program
 CHUNK_ONE = 128  # ... in a step of one sequence
 ATTENTION_TILES = 2  # tiles per attention decode program (online softmax across them)
 ATTENTION_TILES_ONE = 1  # ... in a step of one sequence
+ATTENTION_WARPS = 8  # warps per attention decode program
+ATTENTION_WARPS_ONE = 8  # ... in a step of one sequence
 GDN_BV = 64  # state columns per Gated-DeltaNet program
 GDN_BV_ONE = 16  # ... in a step of one sequence
 GDN_WARPS = 2
 EARLY_STATE = 3  # gdn_decode loads the state first up to this many programs per multiprocessor
 SIDE_ROWS = 8  # gdn_decode computes the side projections itself for steps of so many sequences
 SIDE_WIDTH = 8192  # ... and normed rows of at most so many elements
-ATTENTION_WARPS = 8
 MERGE_SPAN = 4096  # cache positions the second attention kernel merges per iteration
 MERGE_TILE = 16384  # ... and at most so many partial sums (chunks x head_dim)
 STAGE_BYTES = 160 * 1024  # shared memory for the keys and values in flight of a decode program
@@ -543,14 +544,21 @@ def attention_tiles(batch: int) -> int:
     return ATTENTION_TILES_ONE if batch == 1 else ATTENTION_TILES
 
 
+def attention_warps(batch: int) -> int:
+    """Warps per attention decode program for steps of `batch` sequences."""
+    return ATTENTION_WARPS_ONE if batch == 1 else ATTENTION_WARPS
+
+
 class AttentionScratch:
-    """The partial softmax sums of every chunk of a decode step (shared by the attention layers,
-    which run one after another): B x H x chunks of the context, room for the smallest chunk
-    (B x H x context / min(CHUNK, CHUNK_ONE) x (head_dim + 2) floats)."""
+    """The partial softmax sums of every attention decode program of a step (shared by the
+    attention layers, which run one after another): B x H x programs over the context, room for
+    the programs of one sequence's steps and of several sequences' alike (context / the shorter
+    program span x (head_dim + 2) floats per head and sequence)."""
 
     def __init__(self, batch: int, n_head: int, head_dim: int, context: int, device: Any):
         torch = require_torch()
-        self.n_chunks = -(-context // min(CHUNK, CHUNK_ONE))
+        span = min(attention_chunk(b) * attention_tiles(b) for b in (1, 2))
+        self.n_chunks = -(-context // span)
         shape = (batch, n_head, self.n_chunks)
         self.m = torch.empty(shape, dtype=torch.float32, device=device)
         self.l = torch.empty(shape, dtype=torch.float32, device=device)  # noqa: E741
@@ -587,7 +595,7 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), scratch.n_chunks, scale, d.eps,
         H=d.n_head, G=group, BG=max(16, triton.next_power_of_2(group)), D=d.head_dim,
         HALF=rope.half, NROT=rope.n_rot, BS=chunk, TILES=tiles, PDL=p, LINE=line,
-        LINES=max(1, d.head_dim // line), num_warps=ATTENTION_WARPS, num_stages=stages,
+        LINES=max(1, d.head_dim // line), num_warps=attention_warps(b), num_stages=stages,
         launch_pdl=p,
     )  # fmt: skip
     _attention_merge[(d.n_head, b)](

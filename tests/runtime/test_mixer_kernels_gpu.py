@@ -153,33 +153,41 @@ def attention_pair(d, batch, context, cache, seed):
     return fast, slow, g
 
 
+_K = mixer_kernels
+# (positions a tile, tiles a program, warps, cache positions a merge iteration)
+ATTN_PROGRAMS = [
+    # the steps' own settings: several sequences, one sequence
+    (_K.CHUNK, _K.ATTENTION_TILES, _K.ATTENTION_WARPS, _K.MERGE_SPAN),
+    (_K.CHUNK_ONE, _K.ATTENTION_TILES_ONE, _K.ATTENTION_WARPS_ONE, _K.MERGE_SPAN),
+    (_K.CHUNK, 1, _K.ATTENTION_WARPS, 2 * _K.CHUNK),  # two chunks a merge iteration
+    # three tiles a program: positions in its first and last tile, and a second program
+    (_K.CHUNK, 3, _K.ATTENTION_WARPS, _K.MERGE_SPAN),
+    (_K.CHUNK, 2, _K.ATTENTION_WARPS, 4 * _K.CHUNK),  # 2-tile programs, two a merge pass
+    (32, 8, 4, 4 * 32),  # narrower tiles, more of them, fewer warps
+]
+
+
 @pytest.mark.parametrize("d", ATTN_SHAPES)
 @pytest.mark.parametrize("cache", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize(
-    "ch,tiles,merge_span",
-    [
-        # the steps' own settings: several sequences, one sequence
-        (mixer_kernels.CHUNK, mixer_kernels.ATTENTION_TILES, mixer_kernels.MERGE_SPAN),
-        (mixer_kernels.CHUNK_ONE, mixer_kernels.ATTENTION_TILES_ONE, mixer_kernels.MERGE_SPAN),
-        (mixer_kernels.CHUNK, 1, 2 * mixer_kernels.CHUNK),  # two chunks a merge iteration, 5 chunks
-        # three tiles a program: positions in its first and last tile, and a second program
-        (mixer_kernels.CHUNK, 3, mixer_kernels.MERGE_SPAN),
-        (mixer_kernels.CHUNK, 2, 4 * mixer_kernels.CHUNK),  # 2-tile programs, two a merge pass
-    ],
-)
-def test_attention_decode_matches_the_torch_form(d, cache, ch, tiles, merge_span, monkeypatch):
+@pytest.mark.parametrize("ch,tiles,warps,merge_span", ATTN_PROGRAMS)
+def test_attention_decode_matches_the_torch_form(
+    d, cache, ch, tiles, warps, merge_span, monkeypatch
+):
     monkeypatch.setattr(mixer_kernels, "attention_chunk", lambda batch: ch)
     monkeypatch.setattr(mixer_kernels, "attention_tiles", lambda batch: tiles)
+    monkeypatch.setattr(mixer_kernels, "attention_warps", lambda batch: warps)
     monkeypatch.setattr(mixer_kernels, "MERGE_SPAN", merge_span)
-    batch, context = 5, 4 * ch + 40
+    # every program's positions plus a second program: the span runs past max(4, tiles + 1) tiles
+    last = max(4, tiles + 1) * ch
+    batch, context = 5, last + 40
     fast, slow, g = attention_pair(d, batch, context, cache, seed=d.head_dim)
     assert fast.kernels is not None and slow.kernels is None
     # positions at 0, on both sides of chunk boundaries and at the end of the span; with several
     # tiles a program, on both sides of a program's end too (the steps below cross it)
     at = [0, ch - 1, ch, 2 * ch + 1] if tiles == 1 else [0, ch, tiles * ch - 1, tiles * ch]
-    positions = torch.tensor([*at, 4 * ch + 3], device=DEV)
+    positions = torch.tensor([*at, last + 3], device=DEV)
     tol = FP32_TOL if cache == torch.float32 else BF16_TOL
-    for step, span in ((0, 4 * ch + 4), (1, 4 * ch + 5), (2, context)):
+    for step, span in ((0, last + 4), (1, last + 5), (2, context)):
         pos = positions + step
         q_gate = torch.randn(batch, d.n_head * 2 * d.head_dim, generator=g).to(DEV)
         k = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
