@@ -419,7 +419,7 @@ class GpuModel:
         if which not in ("weights", "attention", "recurrence"):
             raise ValueError(f"part {which!r} is not weights, attention or recurrence")
         step = self._step(b)
-        span = max((s for bb, s, _ in self._graphs if bb == b), default=SPAN_STEP)
+        span = max((s for bb, s, _ in self._graphs if bb == b), default=_span(0, self.context))
         layers = list(self.attn if which == "attention" else self.gdn)
 
         def run() -> None:

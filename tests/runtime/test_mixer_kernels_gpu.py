@@ -163,7 +163,7 @@ ATTN_PROGRAMS = [
     # three tiles a program: positions in its first and last tile, and a second program
     (_K.CHUNK, 3, _K.ATTENTION_WARPS, _K.MERGE_SPAN),
     (_K.CHUNK, 2, _K.ATTENTION_WARPS, 4 * _K.CHUNK),  # 2-tile programs, two a merge pass
-    (32, 8, 4, 4 * 32),  # narrower tiles, more of them, fewer warps
+    (32, 8, 4, 4 * 32),  # narrow tiles, 8 a program, 4 warps; one program a merge iteration
 ]
 
 
