@@ -20,8 +20,9 @@ over its state, written back where it was read:
 - attention_decode: program (chunk c, KV head, sequence b) normalises and rotates the group's
   queries and the new key, stores the new key and value in the cache (the program whose chunk
   holds the position), and attends to the chunk's positions (flash-decoding), a tile of
-  attention_chunk positions at a time with a running softmax over attention_tiles tiles; a
-  second kernel merges the chunks' partial softmax sums per query head and multiplies by
+  attention_chunk positions at a time with a running softmax over attention_tiles tiles, in
+  attention_warps warps (each of the three per class: one sequence, several); a second kernel
+  merges the chunks' partial softmax sums per query head and multiplies by
   sigmoid(gate).
 - A prompt piece of one sequence: gdn_prompt_conv (the convolution over the piece and the ring's
   rows before it, SiLU, the L2 norms, q and k tiled to the V heads: the inputs of
