@@ -21,8 +21,8 @@ over its state, written back where it was read:
   queries and the new key, stores the new key and value in the cache (the program whose chunk
   holds the position), and attends to the chunk's positions (flash-decoding), a tile of
   attention_chunk positions at a time with a running softmax over attention_tiles tiles, in
-  attention_warps warps (each of the three per class: one sequence, several); a second kernel
-  merges the chunks' partial softmax sums per query head and multiplies by
+  attention_warps warps (each set apart for steps of one sequence and of several); a second
+  kernel merges the chunks' partial softmax sums per query head and multiplies by
   sigmoid(gate).
 - A prompt piece of one sequence: gdn_prompt_conv (the convolution over the piece and the ring's
   rows before it, SiLU, the L2 norms, q and k tiled to the V heads: the inputs of
@@ -577,13 +577,14 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
     _check(out, q_gate, k, v)
     group = d.n_head // d.n_head_kv
     chunk, tiles = attention_chunk(b), attention_tiles(b)
-    chunks = -(-span // (chunk * tiles))
+    program = chunk * tiles  # cache positions a program attends to
+    chunks = -(-span // program)
     if chunks > scratch.n_chunks:
         raise ValueError(f"span {span} is more than the scratch's context")
     p = pdl(q_gate.device.index)
     line = 128 // k_cache.element_size()  # elements of a 128-byte line
-    # programs a merge iteration: a power of two (tl.arange), chunk * tiles need not be one
-    merge = max(1, min(MERGE_SPAN // (chunk * tiles), MERGE_TILE // d.head_dim))
+    # programs a merge iteration: a power of two (tl.arange), the program span need not be one
+    merge = max(1, min(MERGE_SPAN // program, MERGE_TILE // d.head_dim))
     merge = 1 << (merge.bit_length() - 1)
     # a program of one tile has no loop to pipeline; several keep as many tiles of keys and
     # values in flight as STAGE_BYTES of shared memory hold
@@ -601,7 +602,7 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
     )  # fmt: skip
     _attention_merge[(d.n_head, b)](
         q_gate, positions, scratch.m, scratch.l, scratch.acc, out, q_gate.stride(0),
-        out.stride(0), scratch.n_chunks, H=d.n_head, D=d.head_dim, BS=chunk * tiles, BC=merge,
+        out.stride(0), scratch.n_chunks, H=d.n_head, D=d.head_dim, BS=program, BC=merge,
         PDL=p, num_warps=4, launch_pdl=p,
     )  # fmt: skip
 
