@@ -345,6 +345,41 @@ PQ2_API pq2_status pq2_get_rows_cuda(const pq2_weights *w, const int32_t *ids, i
 PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *out, int32_t out_dtype,
                                        void *stream);
 
+/* ---- attention decode over a KV cache (CUDA) ----
+ * The streaming part of a decode step's attention (flash-decoding): for each sequence b, KV head
+ * h and chunk c of `chunk` cache positions, the partial softmax sums of h's group of query heads
+ * over the positions of c up to positions[b] (each query attends to positions 0..positions[b],
+ * which the caches already hold). A host merges the chunks 0..positions[b] / chunk of each query
+ * head: out = sum_c exp(m_c - M) acc_c / sum_c exp(m_c - M) l_c, M = max_c m_c. Scores are
+ * scale * q.k with q and k in bf16 and fp32 sums; the softmax weights are rounded to bf16 before
+ * they multiply v (fp32 sums). Deterministic: a fixed order of sums. Slots of chunks past
+ * positions[b] / chunk are not written. Needs compute capability 8.0 (bf16 mma.sync, ldmatrix,
+ * cp.async); a programmatic dependent of the kernel before it (reads after it has finished). */
+typedef struct pq2_attention_decode {
+    int32_t dtype;            /* of q and both caches: PQ2_DTYPE_BF16 (the only one served) */
+    const void *q;            /* [batch][n_head][head_dim], contiguous, 16-byte aligned: the queries
+                                 as they meet the keys (normed and rotated) */
+    const void *k_cache;      /* element (b, h, s, d) at b * stride_b + h * stride_h + s * stride_s
+                                 + d, 16-byte aligned */
+    const void *v_cache;      /* the same strides, 16-byte aligned */
+    const int64_t *positions; /* [batch]: 0 <= positions[b] < chunks * chunk, within the caches */
+    float *m;                 /* [batch][n_head][n_chunks]: the slot's largest score */
+    float *l;                 /* [batch][n_head][n_chunks]: sum of exp(score - m) */
+    float *acc;               /* [batch][n_head][n_chunks][head_dim]: sum of exp(score - m) v */
+    int64_t batch;            /* 1..65535 */
+    int64_t n_head;           /* query heads: n_head_kv * group, group 1..8 */
+    int64_t n_head_kv;        /* 1..65535 */
+    int64_t head_dim;         /* 32, 64, 128 or 256 */
+    int64_t stride_b, stride_h, stride_s; /* the caches' element strides: multiples of 8;
+                                            head_dim <= stride_s, chunk * stride_s < 2^31 */
+    int64_t n_chunks; /* slots per (sequence, query head) in m, l and acc: >= chunks */
+    int64_t chunks;   /* chunks launched per (sequence, KV head) */
+    int64_t chunk;    /* positions per chunk: a multiple of 32, 32..65536 */
+    float scale;      /* the scores' factor, finite */
+} pq2_attention_decode;
+
+PQ2_API pq2_status pq2_attention_decode_cuda(const pq2_attention_decode *a, void *stream);
+
 /* PQ2_CDEF_END */
 
 #ifdef __cplusplus

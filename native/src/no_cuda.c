@@ -127,3 +127,9 @@ PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *out, int32_t 
     (void)w, (void)out, (void)out_dtype, (void)stream;
     return no_cuda("pq2_dequantize_cuda");
 }
+
+PQ2_API pq2_status pq2_attention_decode_cuda(const pq2_attention_decode *a, void *stream)
+{
+    (void)a, (void)stream;
+    return no_cuda("pq2_attention_decode_cuda");
+}

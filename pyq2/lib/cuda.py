@@ -526,3 +526,55 @@ def gated_norm_rotate_q8(
         )
     )
     return out
+
+
+ATTENTION_HEAD_DIMS = (32, 64, 128, 256)  # head widths pq2_attention_decode_cuda serves
+ATTENTION_MAX_GROUP = 8  # query heads per KV head, at most
+
+
+def attention_decode_partial(
+    q,
+    k_cache,
+    v_cache,
+    positions,
+    m,
+    l_sum,
+    acc,
+    chunks: int,
+    chunk: int,
+    scale: float,
+    stream=None,
+) -> None:
+    """The partial softmax sums of a decode step's attention (pq2_attention_decode_cuda): q bf16
+    [B, H, D] contiguous (normed and rotated), the bf16 caches [B', H_kv, context, D] with unit
+    element stride, positions int64 [B]; m and l_sum float32 [B, H, n_chunks], acc [B, H, n_chunks,
+    D]; `chunks` chunks of `chunk` positions launched per sequence and KV head."""
+    torch = require_torch()
+    ffi, lib = _native.load()
+    b, h, d = q.shape
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.dim() != 4 or h % t.shape[1] or t.shape[3] != d:
+            raise ValueError(f"{name} {tuple(t.shape)} does not match q {tuple(q.shape)}")
+        if t.stride(3) != 1 or t.stride() != k_cache.stride():
+            raise ValueError("the caches need unit element stride and the same strides")
+    if not q.is_contiguous() or q.dtype != torch.bfloat16 or k_cache.dtype != torch.bfloat16:
+        raise ValueError("q (contiguous) and the caches must be bfloat16")
+    if v_cache.dtype != torch.bfloat16 or positions.dtype != torch.int64:
+        raise ValueError("v_cache must be bfloat16 and positions int64")
+    if positions.shape != (b,) or m.shape != l_sum.shape or m.shape[:2] != (b, h):
+        raise ValueError(f"positions {tuple(positions.shape)} / m {tuple(m.shape)}: need [{b}] "
+                         f"and [{b}, {h}, n_chunks]")  # fmt: skip
+    if tuple(acc.shape) != (*m.shape, d) or not (m.is_contiguous() and l_sum.is_contiguous()
+                                                 and acc.is_contiguous()):  # fmt: skip
+        raise ValueError(f"acc {tuple(acc.shape)}: need {(*m.shape, d)}, all three contiguous")
+    a = ffi.new("pq2_attention_decode *")
+    a.dtype = DTYPES["bfloat16"]
+    a.q, a.k_cache, a.v_cache = _ptr(q), _ptr(k_cache), _ptr(v_cache)
+    a.positions = ffi.cast("const int64_t *", positions.data_ptr())
+    a.m = ffi.cast("float *", m.data_ptr())
+    a.l = ffi.cast("float *", l_sum.data_ptr())
+    a.acc = ffi.cast("float *", acc.data_ptr())
+    a.batch, a.n_head, a.n_head_kv, a.head_dim = b, h, k_cache.shape[1], d
+    a.stride_b, a.stride_h, a.stride_s = k_cache.stride(0), k_cache.stride(1), k_cache.stride(2)
+    a.n_chunks, a.chunks, a.chunk, a.scale = m.shape[2], chunks, chunk, scale
+    _native.check(lib.pq2_attention_decode_cuda(a, _stream_ptr(stream)))

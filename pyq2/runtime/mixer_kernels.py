@@ -23,7 +23,11 @@ over its state, written back where it was read:
   attention_chunk positions at a time with a running softmax over attention_tiles tiles, in
   attention_warps warps (each set apart for steps of one sequence and of several); a second
   kernel merges the chunks' partial softmax sums per query head and multiplies by
-  sigmoid(gate).
+  sigmoid(gate). Steps of STREAM_MIN_BATCH sequences or more with a bf16 cache (streams())
+  attend through libpq2's kernel instead (pq2_attention_decode_cuda: blocks of STREAM_CHUNK
+  positions streamed through a cp.async pipeline, four warps of tensor-core tiles): a Triton
+  program per KV head and sequence first normalises and rotates the queries into the scratch
+  and stores the new key and value; the same merge follows.
 - A prompt piece of one sequence: gdn_prompt_conv (the convolution over the piece and the ring's
   rows before it, SiLU, the L2 norms, q and k tiled to the V heads: the inputs of
   flash-linear-attention's chunked rule) and gdn_gated_norm after it; attention_prompt (q and k
@@ -50,6 +54,8 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from ..lib import cuda as gpu
+from ..lib import native
 from ..lib.optional import require_torch
 
 CHUNK = 128  # cache positions per tile of an attention decode program
@@ -64,6 +70,8 @@ GDN_WARPS = 2
 EARLY_STATE = 3  # gdn_decode loads the state first up to this many programs per multiprocessor
 SIDE_ROWS = 8  # gdn_decode computes the side projections itself for steps of so many sequences
 SIDE_WIDTH = 8192  # ... and normed rows of at most so many elements
+STREAM_CHUNK = 256  # cache positions per block of libpq2's attention decode kernel
+STREAM_MIN_BATCH = 2  # steps of at least so many sequences attend through it (bf16 caches)
 MERGE_SPAN = 4096  # cache positions the second attention kernel merges per iteration
 MERGE_TILE = 16384  # ... and at most so many partial sums (chunks x head_dim)
 STAGE_BYTES = 160 * 1024  # shared memory for the keys and values in flight of a decode program
@@ -330,6 +338,37 @@ def _attention_merge(
     tl.store(out + b * s_out + h * D + d, acc / l_run * tl.sigmoid(gate))
 
 
+@triton.jit
+def _attention_prep(
+    q_gate, k_in, v_in, k_cache, v_cache, positions, q_norm, k_norm, cos, sin, q_out,
+    s_qg, s_k, s_v, s_cb, s_ch, s_cs, eps,
+    H: tl.constexpr, G: tl.constexpr, BG: tl.constexpr, D: tl.constexpr, HALF: tl.constexpr,
+    NROT: tl.constexpr, PDL: tl.constexpr,
+):  # fmt: skip
+    """Program (KV head, sequence) of a step that attends through libpq2's kernel: the group's
+    queries normed and rotated into q_out [B, H, D], the new key normed and rotated and the new
+    value into the cache at the sequence's position (_attention_partial's arithmetic)."""
+    _dependent(PDL)
+    kvh = tl.program_id(0)
+    b = tl.program_id(1)
+    d = tl.arange(0, D)
+    g = tl.arange(0, BG)
+    pos = tl.load(positions + b)
+    heads = kvh * G + tl.minimum(g, G - 1)
+    cos_row = cos + pos * HALF
+    sin_row = sin + pos * HALF
+    q = _norm_rope(q_gate + b * s_qg + heads[:, None] * (2 * D) + d[None, :], d[None, :], q_norm,
+                   cos_row, sin_row, eps, D, HALF, NROT)  # fmt: skip
+    dt = k_cache.dtype.element_ty
+    tl.store(q_out + (b * H + heads[:, None]) * D + d[None, :], q.to(dt), mask=(g < G)[:, None])
+    k_new = _norm_rope(k_in + b * s_k + kvh * D + d, d, k_norm, cos_row, sin_row, eps, D, HALF,
+                       NROT)  # fmt: skip
+    v_new = tl.load(v_in + b * s_v + kvh * D + d).to(tl.float32)
+    cache = b * s_cb + kvh * s_ch + pos * s_cs
+    tl.store(k_cache + cache + d, k_new.to(dt))
+    tl.store(v_cache + cache + d, v_new.to(dt))
+
+
 def gdn_decode(qkv: Any, z: Any, alpha: Any, beta: Any, ring: Any, state: Any, o: Any,
                out: Any, positions: Any, conv_w: Any, a: Any, dt_bias: Any, norm: Any,
                dims: Any, scale: float, side: Any = None, gate: bool = True) -> None:  # fmt: skip
@@ -553,17 +592,38 @@ def attention_warps(batch: int) -> int:
 class AttentionScratch:
     """The partial softmax sums of every attention decode program of a step (shared by the
     attention layers, which run one after another): B x H x programs over the context, room for
-    the programs of one sequence's steps and of several sequences' alike (context / the shorter
-    program span x (head_dim + 2) floats per head and sequence)."""
+    the programs of one sequence's steps and of several sequences' alike (context / the shortest
+    program span x (head_dim + 2) floats per head and sequence); and the step's queries, normed
+    and rotated, for libpq2's kernel (B x H x head_dim bf16)."""
 
     def __init__(self, batch: int, n_head: int, head_dim: int, context: int, device: Any):
         torch = require_torch()
-        span = min(attention_chunk(b) * attention_tiles(b) for b in (1, 2))
+        span = min(STREAM_CHUNK, *(attention_chunk(b) * attention_tiles(b) for b in (1, 2)))
         self.n_chunks = -(-context // span)
         shape = (batch, n_head, self.n_chunks)
         self.m = torch.empty(shape, dtype=torch.float32, device=device)
         self.l = torch.empty(shape, dtype=torch.float32, device=device)  # noqa: E741
         self.acc = torch.empty((*shape, head_dim), dtype=torch.float32, device=device)
+        self.q = torch.empty((batch, n_head, head_dim), dtype=torch.bfloat16, device=device)
+
+
+def streams(batch: int, dims: Any, cache_dtype: Any) -> bool:
+    """Whether a step of `batch` sequences attends through libpq2's kernel, not
+    _attention_partial: the library has CUDA, the cache is bf16, the head width and the group
+    are ones it serves."""
+    torch = require_torch()
+    return (
+        batch >= STREAM_MIN_BATCH
+        and cache_dtype == torch.bfloat16
+        and dims.head_dim in gpu.ATTENTION_HEAD_DIMS
+        and dims.n_head // dims.n_head_kv <= gpu.ATTENTION_MAX_GROUP
+        and _library_has_cuda()
+    )
+
+
+@functools.cache
+def _library_has_cuda() -> bool:
+    return bool(native.load()[1].pq2_built_with_cuda())
 
 
 def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, positions: Any,
@@ -576,30 +636,47 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
         raise ValueError(f"head_dim {d.head_dim} is not a power of two of at least 16")
     _check(out, q_gate, k, v)
     group = d.n_head // d.n_head_kv
-    chunk, tiles = attention_chunk(b), attention_tiles(b)
-    program = chunk * tiles  # cache positions a program attends to
+    stream = streams(b, d, k_cache.dtype)
+    if stream:
+        program = STREAM_CHUNK  # cache positions a block of libpq2's kernel attends to
+    else:
+        chunk, tiles = attention_chunk(b), attention_tiles(b)
+        program = chunk * tiles  # cache positions a program attends to
     chunks = -(-span // program)
     if chunks > scratch.n_chunks:
         raise ValueError(f"span {span} is more than the scratch's context")
     p = pdl(q_gate.device.index)
-    line = 128 // k_cache.element_size()  # elements of a 128-byte line
+    bg = max(16, triton.next_power_of_2(group))
+    if stream:
+        _attention_prep[(d.n_head_kv, b)](
+            q_gate, k, v, k_cache, v_cache, positions, q_norm, k_norm, rope.cos, rope.sin,
+            scratch.q, q_gate.stride(0), k.stride(0), v.stride(0),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), d.eps,
+            H=d.n_head, G=group, BG=bg, D=d.head_dim, HALF=rope.half, NROT=rope.n_rot, PDL=p,
+            num_warps=4, launch_pdl=p,
+        )  # fmt: skip
+        gpu.attention_decode_partial(
+            scratch.q[:b], k_cache, v_cache, positions, scratch.m[:b], scratch.l[:b],
+            scratch.acc[:b], chunks, STREAM_CHUNK, scale,
+        )  # fmt: skip
+    else:
+        line = 128 // k_cache.element_size()  # elements of a 128-byte line
+        # a program of one tile has no loop to pipeline; several keep as many tiles of keys and
+        # values in flight as STAGE_BYTES of shared memory hold
+        tile_bytes = 2 * chunk * d.head_dim * k_cache.element_size()
+        stages = 1 if tiles == 1 else max(1, min(3, STAGE_BYTES // tile_bytes))
+        _attention_partial[(chunks, d.n_head_kv, b)](
+            q_gate, k, v, k_cache, v_cache, positions, q_norm, k_norm, rope.cos, rope.sin,
+            scratch.m, scratch.l, scratch.acc,
+            q_gate.stride(0), k.stride(0), v.stride(0),
+            k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), scratch.n_chunks, scale,
+            d.eps, H=d.n_head, G=group, BG=bg, D=d.head_dim, HALF=rope.half, NROT=rope.n_rot,
+            BS=chunk, TILES=tiles, PDL=p, LINE=line, LINES=max(1, d.head_dim // line),
+            num_warps=attention_warps(b), num_stages=stages, launch_pdl=p,
+        )  # fmt: skip
     # programs a merge iteration: a power of two (tl.arange), the program span need not be one
     merge = max(1, min(MERGE_SPAN // program, MERGE_TILE // d.head_dim))
     merge = 1 << (merge.bit_length() - 1)
-    # a program of one tile has no loop to pipeline; several keep as many tiles of keys and
-    # values in flight as STAGE_BYTES of shared memory hold
-    tile_bytes = 2 * chunk * d.head_dim * k_cache.element_size()
-    stages = 1 if tiles == 1 else max(1, min(3, STAGE_BYTES // tile_bytes))
-    _attention_partial[(chunks, d.n_head_kv, b)](
-        q_gate, k, v, k_cache, v_cache, positions, q_norm, k_norm, rope.cos, rope.sin,
-        scratch.m, scratch.l, scratch.acc,
-        q_gate.stride(0), k.stride(0), v.stride(0),
-        k_cache.stride(0), k_cache.stride(1), k_cache.stride(2), scratch.n_chunks, scale, d.eps,
-        H=d.n_head, G=group, BG=max(16, triton.next_power_of_2(group)), D=d.head_dim,
-        HALF=rope.half, NROT=rope.n_rot, BS=chunk, TILES=tiles, PDL=p, LINE=line,
-        LINES=max(1, d.head_dim // line), num_warps=attention_warps(b), num_stages=stages,
-        launch_pdl=p,
-    )  # fmt: skip
     _attention_merge[(d.n_head, b)](
         q_gate, positions, scratch.m, scratch.l, scratch.acc, out, q_gate.stride(0),
         out.stride(0), scratch.n_chunks, H=d.n_head, D=d.head_dim, BS=program, BC=merge,

@@ -1,5 +1,6 @@
-"""The Triton mixer kernels of a decode step and a prompt (pyq2.runtime.mixer_kernels) against the
-torch forms of the same layers (pyq2.runtime.mixers with kernels=False and without fla: plain torch
+"""The Triton mixer kernels of a decode step and a prompt (pyq2.runtime.mixer_kernels), and the
+attention decode kernel of libpq2 they call for steps of several sequences, against the torch
+forms of the same layers (pyq2.runtime.mixers with kernels=False and without fla: plain torch
 arithmetic), on odd shapes: groups of 1 and 3 query heads per KV head, a partial rotary width, a
 key head width that is not a power of two, positions on both sides of every chunk boundary and
 before the convolution window fills, several steps in a row (the window's ring carried over),
@@ -177,6 +178,7 @@ def test_attention_decode_matches_the_torch_form(
     monkeypatch.setattr(mixer_kernels, "attention_tiles", lambda batch: tiles)
     monkeypatch.setattr(mixer_kernels, "attention_warps", lambda batch: warps)
     monkeypatch.setattr(mixer_kernels, "MERGE_SPAN", merge_span)
+    monkeypatch.setattr(mixer_kernels, "STREAM_MIN_BATCH", 1 << 30)  # the Triton programs only
     # every program's positions plus a second program: the span runs past max(4, tiles + 1) tiles
     last = max(4, tiles + 1) * ch
     batch, context = 5, last + 40
@@ -211,6 +213,71 @@ def test_attention_decode_matches_the_torch_form(
         # nothing else in the caches moved
         assert rel(fast.k, slow.k) < (FP32_TOL if cache == torch.float32 else 1e-2)
         assert torch.equal(fast.v, slow.v)
+
+
+STREAM_SHAPES = [
+    *ATTN_SHAPES,  # head widths 64, 128, 32; groups 3, 1, 8
+    dims(n_head=12, n_head_kv=2, head_dim=256, rope_dim=64),  # the 27B's head, group 6
+    dims(n_head=8, n_head_kv=1, head_dim=256, rope_dim=256),  # a full group of the widest head
+]
+
+
+@pytest.mark.parametrize("d", STREAM_SHAPES)
+def test_attention_decode_through_libpq2_matches_the_torch_form(d):
+    """Steps of several sequences with a bf16 cache attend through pq2_attention_decode_cuda
+    (after the prep kernel): positions at 0, on both sides of the 32-position tiles and the
+    blocks' chunk boundaries, a position whose chunk has one tile, and the span's end; the
+    scratch's partial sums and the outputs poisoned before each step."""
+    ch = mixer_kernels.STREAM_CHUNK
+    last = 3 * ch
+    context = last + 40
+    at = [0, 31, 32, ch - 1, ch, ch + 1, 2 * ch + 5, last + 3]
+    batch = len(at)
+    assert mixer_kernels.streams(batch, d, torch.bfloat16)
+    fast, slow, g = attention_pair(d, batch, context, torch.bfloat16, seed=d.head_dim + 1)
+    positions = torch.tensor(at, device=DEV)
+    for step, span in ((0, last + 4), (1, last + 5), (2, context)):
+        pos = positions + step
+        q_gate = torch.randn(batch, d.n_head * 2 * d.head_dim, generator=g).to(DEV)
+        k = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+        v = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+        sc = fast.scratch
+        for t in (sc.m, sc.l, sc.acc, sc.q):
+            t.fill_(float("nan"))
+        outs = []
+        for m in (fast, slow):
+            out = torch.full((batch, d.n_head * d.head_dim), float("nan"), device=DEV)
+            m.decode(q_gate, k, v, pos, span, out)
+            outs.append(out)
+        torch.cuda.synchronize()
+        assert torch.isfinite(outs[0]).all(), step
+        assert rel(outs[0], outs[1]) < BF16_TOL, step
+        # per sequence too: no position's error hides in the batch's norm
+        for r in range(batch):
+            assert rel(outs[0][r], outs[1][r]) < BF16_TOL, (step, at[r])
+        rows = torch.arange(batch, device=DEV)
+        assert rel(fast.k[rows, :, pos], slow.k[rows, :, pos]) < 1e-2
+        assert torch.equal(fast.v[rows, :, pos], slow.v[rows, :, pos])
+        assert rel(fast.k, slow.k) < 1e-2 and torch.equal(fast.v, slow.v)
+
+
+def test_attention_decode_through_libpq2_is_deterministic():
+    """Two runs of the same step give the same bits (the four warps' sums in a fixed order)."""
+    d = STREAM_SHAPES[3]
+    batch, context = 4, 700
+    fast = attention_pair(d, batch, context, torch.bfloat16, seed=3)[0]
+    g = torch.Generator(device="cpu").manual_seed(4)
+    q_gate = torch.randn(batch, d.n_head * 2 * d.head_dim, generator=g).to(DEV)
+    k = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+    v = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+    positions = torch.tensor([10, 300, 511, 650], device=DEV)
+    outs = []
+    for _ in range(2):
+        out = torch.full((batch, d.n_head * d.head_dim), float("nan"), device=DEV)
+        fast.decode(q_gate, k, v, positions, context, out)
+        outs.append(out)
+    torch.cuda.synchronize()
+    assert torch.isfinite(outs[0]).all() and torch.equal(outs[0], outs[1])
 
 
 def test_decode_kernels_in_a_graph_give_the_bits_of_launches_without_pdl(monkeypatch):

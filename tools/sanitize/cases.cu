@@ -263,6 +263,35 @@ int main()
         cuda_check("lookup", cudaDeviceSynchronize());
         for (void *p : {ids, out, dense, dense_raw, const_cast<void *>(raw.data)}) cudaFree(p);
     }
+    {
+        // attention decode: 3 sequences, positions at a chunk's start, inside and at the end of
+        // the cache; head widths 128 (group 3) and 256 (group 8); the caches' rows random bytes
+        const int64_t pos[3] = {0, 299, 599}, batch = 3, kvh = 2, context = 600, chunk = 256;
+        void *positions = device_bytes(sizeof pos, false);
+        cuda_check("positions", cudaMemcpy(positions, pos, sizeof pos, cudaMemcpyHostToDevice));
+        for (int64_t d : {128, 256}) {
+            const int64_t group = d == 128 ? 3 : 8, heads = kvh * group, n_chunks = 3;
+            void *q = device_bytes((size_t)(batch * heads * d * 2), true);
+            void *k = device_bytes((size_t)(batch * kvh * context * d * 2), true);
+            void *v = device_bytes((size_t)(batch * kvh * context * d * 2), true);
+            void *m = device_bytes((size_t)(batch * heads * n_chunks * 4), false);
+            void *l = device_bytes((size_t)(batch * heads * n_chunks * 4), false);
+            void *acc = device_bytes((size_t)(batch * heads * n_chunks * d * 4), false);
+            pq2_attention_decode a = {};
+            a.dtype = PQ2_DTYPE_BF16, a.q = q, a.k_cache = k, a.v_cache = v;
+            a.positions = static_cast<const int64_t *>(positions);
+            a.m = static_cast<float *>(m), a.l = static_cast<float *>(l);
+            a.acc = static_cast<float *>(acc);
+            a.batch = batch, a.n_head = heads, a.n_head_kv = kvh, a.head_dim = d;
+            a.stride_b = kvh * context * d, a.stride_h = context * d, a.stride_s = d;
+            a.n_chunks = n_chunks, a.chunks = 3, a.chunk = chunk, a.scale = 0.0625f;
+            check(d == 128 ? "attention decode d 128" : "attention decode d 256",
+                  pq2_attention_decode_cuda(&a, nullptr));
+            cuda_check("attention", cudaDeviceSynchronize());
+            for (void *p : {q, k, v, m, l, acc}) cudaFree(p);
+        }
+        cudaFree(positions);
+    }
     std::printf("%s: %d failing calls\n", failures ? "FAILED" : "ok", failures);
     return failures ? 1 : 0;
 }

@@ -1,6 +1,7 @@
 // device.cu - per-device facts and one-time setup (device.h).
 #include <atomic>
 
+#include "attention/attention.h"
 #include "device/device.h"
 #include "device/launch.cuh"
 #include "dispatch/select.h"
@@ -44,6 +45,7 @@ pq2_status pq2_device_get(const char *fn, pq2_device *out)
         PQ2_CHECK(pq2_select_check_table(fn));
         PQ2_CHECK(pq2_rowblock_init_device(fn, smem));
         PQ2_CHECK(pq2_gemm_init_device(fn, major * 10 + minor, smem));
+        PQ2_CHECK(pq2_attention_init_device(fn, smem));
         d.facts.sms = sms, d.facts.cc = major * 10 + minor, d.facts.max_smem = smem;
         d.ready.store(1, std::memory_order_release);
     }
