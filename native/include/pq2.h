@@ -44,7 +44,7 @@ extern "C" {
 /* PQ2_CDEF_BEGIN */
 
 /* Bumped on any incompatible change of a signature, struct, enum value or layout. */
-#define PQ2_ABI_VERSION 6
+#define PQ2_ABI_VERSION 7
 
 /* Format version written to repacked files as pyq2.format_version. */
 #define PQ2_FORMAT_VERSION 2
@@ -367,10 +367,11 @@ typedef struct pq2_attention_decode {
     float *l;                 /* [batch][n_head][n_chunks]: sum of exp(score - m) */
     float *acc;               /* [batch][n_head][n_chunks][head_dim]: sum of exp(score - m) v */
     int64_t batch;            /* 1..65535 */
-    int64_t n_head;           /* query heads: n_head_kv * group, group 1..8 */
+    int64_t n_head;           /* query heads: n_head_kv * group, group 1..8; query head h
+                                 reads KV head h / group */
     int64_t n_head_kv;        /* 1..65535 */
     int64_t head_dim;         /* 32, 64, 128 or 256 */
-    int64_t stride_b, stride_h, stride_s; /* the caches' element strides: multiples of 8;
+    int64_t stride_b, stride_h, stride_s; /* the caches' element strides: multiples of 8, >= 0;
                                             head_dim <= stride_s, chunk * stride_s < 2^31 */
     int64_t n_chunks; /* slots per (sequence, query head) in m, l and acc: >= chunks */
     int64_t chunks;   /* chunks launched per (sequence, KV head) */

@@ -561,6 +561,14 @@ def attention_decode_partial(
         raise ValueError("q (contiguous) and the caches must be bfloat16")
     if v_cache.dtype != torch.bfloat16 or positions.dtype != torch.int64:
         raise ValueError("v_cache must be bfloat16 and positions int64")
+    if tuple(v_cache.shape) != tuple(k_cache.shape) or k_cache.shape[0] < b:
+        raise ValueError(f"caches {tuple(k_cache.shape)} / {tuple(v_cache.shape)}: need the same "
+                         f"shape, at least {b} sequences")  # fmt: skip
+    tensors = (q, k_cache, v_cache, positions, m, l_sum, acc)
+    if not q.is_cuda or any(t.device != q.device for t in tensors):
+        raise ValueError("attention_decode_partial's tensors must be on one CUDA device")
+    if any(t.dtype != torch.float32 for t in (m, l_sum, acc)) or not positions.is_contiguous():
+        raise ValueError("m, l_sum and acc must be float32, positions contiguous")
     if positions.shape != (b,) or m.shape != l_sum.shape or m.shape[:2] != (b, h):
         raise ValueError(f"positions {tuple(positions.shape)} / m {tuple(m.shape)}: need [{b}] "
                          f"and [{b}, {h}, n_chunks]")  # fmt: skip

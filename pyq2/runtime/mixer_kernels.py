@@ -54,6 +54,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from ..errors import LibraryError
 from ..lib import cuda as gpu
 from ..lib import native
 from ..lib.optional import require_torch
@@ -607,23 +608,31 @@ class AttentionScratch:
         self.q = torch.empty((batch, n_head, head_dim), dtype=torch.bfloat16, device=device)
 
 
-def streams(batch: int, dims: Any, cache_dtype: Any) -> bool:
+def streams(batch: int, dims: Any, cache: Any) -> bool:
     """Whether a step of `batch` sequences attends through libpq2's kernel, not
-    _attention_partial: the library has CUDA, the cache is bf16, the head width and the group
-    are ones it serves."""
+    _attention_partial: the library loads and has CUDA, the cache is bf16 on a device of compute
+    capability 8.0 or newer, the head width and the group are ones it serves."""
     torch = require_torch()
+    group, rest = divmod(dims.n_head, dims.n_head_kv)
     return (
         batch >= STREAM_MIN_BATCH
-        and cache_dtype == torch.bfloat16
+        and cache.dtype == torch.bfloat16
         and dims.head_dim in gpu.ATTENTION_HEAD_DIMS
-        and dims.n_head // dims.n_head_kv <= gpu.ATTENTION_MAX_GROUP
-        and _library_has_cuda()
+        and rest == 0
+        and 1 <= group <= gpu.ATTENTION_MAX_GROUP
+        and _serves(cache.device.index)
     )
 
 
 @functools.cache
-def _library_has_cuda() -> bool:
-    return bool(native.load()[1].pq2_built_with_cuda())
+def _serves(device_index: int) -> bool:
+    """libpq2 loads, was built with CUDA, and the device is one its kernels run on."""
+    try:
+        lib = native.load()[1]
+    except LibraryError:
+        return False
+    major, _ = require_torch().cuda.get_device_capability(device_index)
+    return bool(lib.pq2_built_with_cuda()) and major >= 8
 
 
 def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, positions: Any,
@@ -636,7 +645,7 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
         raise ValueError(f"head_dim {d.head_dim} is not a power of two of at least 16")
     _check(out, q_gate, k, v)
     group = d.n_head // d.n_head_kv
-    stream = streams(b, d, k_cache.dtype)
+    stream = streams(b, d, k_cache)
     if stream:
         program = STREAM_CHUNK  # cache positions a block of libpq2's kernel attends to
     else:

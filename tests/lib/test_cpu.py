@@ -76,7 +76,7 @@ def bits(a):
 
 def test_abi_and_last_error_after_success(native, host):
     ffi, lib = native
-    assert lib.pq2_abi_version() == 6
+    assert lib.pq2_abi_version() == 7
     assert host.layout_bytes("tiles", 17, 384, 2) == L.layout_bytes("tiles", 17, 384, 2)
     assert ffi.string(lib.pq2_last_error()) == b""
 

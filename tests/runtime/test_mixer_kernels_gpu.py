@@ -233,8 +233,8 @@ def test_attention_decode_through_libpq2_matches_the_torch_form(d):
     context = last + 40
     at = [0, 31, 32, ch - 1, ch, ch + 1, 2 * ch + 5, last + 3]
     batch = len(at)
-    assert mixer_kernels.streams(batch, d, torch.bfloat16)
     fast, slow, g = attention_pair(d, batch, context, torch.bfloat16, seed=d.head_dim + 1)
+    assert mixer_kernels.streams(batch, d, fast.k)
     positions = torch.tensor(at, device=DEV)
     for step, span in ((0, last + 4), (1, last + 5), (2, context)):
         pos = positions + step

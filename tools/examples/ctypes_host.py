@@ -19,7 +19,7 @@ import contextlib
 import ctypes
 import sys
 
-ABI_VERSION = 6
+ABI_VERSION = 7
 PQ2_LAYOUT_RAW, PQ2_LAYOUT_TILES = 0, 2
 PQ2_DTYPES = {"torch.float32": 0, "torch.float16": 1, "torch.bfloat16": 2}  # PQ2_DTYPE_*
 

@@ -44,61 +44,6 @@ struct params {
     float scale_log2;  // scale * log2(e): the softmax runs in base 2
 };
 
-__device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-// 16 bytes global -> shared, or 16 zero bytes when !valid (nothing read)
-__device__ __forceinline__ void cp16(void *dst, const void *src, bool valid)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(valid ? 16 : 0)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_commit()
-{
-    asm volatile("cp.async.commit_group;" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void cp_wait()
-{
-    asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p))
-                 : "memory");
-}
-__device__ __forceinline__ void ldsm4_trans(uint32_t (&r)[4], const void *p)
-{
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(smem_u32(p))
-                 : "memory");
-}
-
-// d += a (16 x 16 bf16, rows 8-15 zero) b (16 x 8)
-__device__ __forceinline__ void mma_16816(float (&d)[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                          uint32_t b1)
-{
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-}
-// d += a (16 x 8 bf16, rows 8-15 zero) b (8 x 8)
-__device__ __forceinline__ void mma_1688(float (&d)[4], uint32_t a0, uint32_t b0)
-{
-    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
-                 "{%0,%1,%2,%3};"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-                 : "r"(a0), "r"(0u), "r"(b0));
-}
-
 __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi)
 {
     const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
@@ -133,14 +78,14 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_kernel(const par
             const int row = t * kTile + r;
             const bool ok = row <= last;
             const int off = (ok ? row : 0) * s_s + ch * 8;  // < chunk * s_s < 2^31
-            cp16(ks + r * RB + ch * 16, kc + off, ok);
-            cp16(vs + r * RB + ch * 16, vc + off, ok);
+            cp_async16(ks + r * RB + ch * 16, kc + off, ok);
+            cp_async16(vs + r * RB + ch * 16, vc + off, ok);
         }
     };
 #pragma unroll
     for (int t = 0; t < STAGES - 1; ++t) {
         if (t < n_t) issue(t);
-        cp_commit();
+        cp_async_commit();
     }
 
     // the group's queries as A fragments: rows gid < group; rows 8-15 are the zero registers
@@ -165,8 +110,8 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_kernel(const par
 
     for (int t = 0; t < n_t; ++t) {
         if (t + STAGES - 1 < n_t) issue(t + STAGES - 1);
-        cp_commit();
-        cp_wait<STAGES - 1>();
+        cp_async_commit();
+        cp_async_wait<STAGES - 1>();
         __syncthreads();
         const uint8_t *ks = sm + (t % STAGES) * (2 * kTile * RB), *vs = ks + kTile * RB;
         // scores of positions 8 warp + 2 tq, + 1 of the tile
@@ -175,9 +120,9 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_kernel(const par
 #pragma unroll
         for (int j = 0; j < D / 32; ++j) {
             uint32_t r[4];
-            ldsm4(r, krow + j * 64);
-            mma_16816(sc, qa0[2 * j], qa2[2 * j], r[0], r[1]);
-            mma_16816(sc, qa0[2 * j + 1], qa2[2 * j + 1], r[2], r[3]);
+            ldmatrix_x4(r, krow + j * 64);
+            pq2_mma_bf16_16816_half(sc, qa0[2 * j], qa2[2 * j], r[0], r[1]);
+            pq2_mma_bf16_16816_half(sc, qa0[2 * j + 1], qa2[2 * j + 1], r[2], r[3]);
         }
         const int p0 = t * kTile + warp * 8 + 2 * tq;  // relative to the chunk's first
         const float s0 = p0 <= last ? sc[0] * p.scale_log2 : -INFINITY;
@@ -196,17 +141,17 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_kernel(const par
 #pragma unroll
         for (int jj = 0; jj < D / 32; ++jj) {
             uint32_t r[4];
-            ldsm4_trans(r, vrow + jj * 64);
+            ldmatrix_x4_trans(r, vrow + jj * 64);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 float (&a)[4] = acc[4 * jj + i];
                 a[0] *= carry, a[1] *= carry;
-                mma_1688(a, pa, r[i]);
+                pq2_mma_bf16_1688_half(a, pa, r[i]);
             }
         }
         __syncthreads();  // every warp is done with stage t % STAGES before it is refilled
     }
-    cp_wait<0>();
+    cp_async_wait<0>();
     __syncthreads();
 
     // the four warps merged in warp order through shared memory: Mw[4][8], Lw[4][8],

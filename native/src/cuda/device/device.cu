@@ -57,5 +57,9 @@ bool pq2_pdl_ok()
 {
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return false;
-    return g_devices[dev].ready.load(std::memory_order_acquire) && g_devices[dev].facts.cc >= 90;
+    // 9.x only: the kernels' griddepcontrol is compiled for sm_90a; a newer device runs code
+    // JIT-compiled from the compute_80 PTX, which has no wait, so a PDL launch there could read
+    // what the kernel before has not finished writing.
+    const int cc = g_devices[dev].facts.cc;
+    return g_devices[dev].ready.load(std::memory_order_acquire) && cc >= 90 && cc < 100;
 }

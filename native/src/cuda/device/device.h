@@ -15,5 +15,6 @@ struct pq2_device {
 // it). PQ2_ERR_UNSUPPORTED for a device below compute capability 8.0; errors name `fn`.
 pq2_status pq2_device_get(const char *fn, pq2_device *d);
 
-// True when the current device (already set up) supports programmatic dependent launch (9.0).
+// True when the current device (already set up) runs the kernels' programmatic dependent launch
+// code (compute capability 9.x: the sm_90a build).
 bool pq2_pdl_ok();

@@ -1,5 +1,6 @@
 // ptx.cuh - every inline-PTX wrapper of the CUDA half, in one place: programmatic dependent
-// launch, streaming loads, the int8 and binary tensor-core MMAs, bulk copies and mbarriers (sm_90).
+// launch, streaming loads, the int8, binary and bf16 tensor-core MMAs, ldmatrix, bulk copies
+// and mbarriers (sm_90), cp.async, wgmma.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -131,6 +132,27 @@ __device__ __forceinline__ void pq2_bmma_and_popc(int (&d)[4], const uint32_t (&
         : "=r"(d[0]), "=r"(d[1]), "=r"(d[2]), "=r"(d[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1), "r"(c[0]), "r"(c[1]),
           "r"(c[2]), "r"(c[3]));
+}
+
+// D += A(16x16 bf16, row; rows 8-15 zero) * B(16x8 bf16, col), fp32: a0 / a2 are A's
+// registers 0 and 2 (rows gid, columns 2tq.. and 2tq+8..), registers 1 and 3 are zero.
+__device__ __forceinline__ void pq2_mma_bf16_16816_half(float (&d)[4], uint32_t a0, uint32_t a2,
+                                                        uint32_t b0, uint32_t b1)
+{
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+// D += A(16x8 bf16, row; rows 8-15 zero) * B(8x8 bf16, col), fp32.
+__device__ __forceinline__ void pq2_mma_bf16_1688_half(float (&d)[4], uint32_t a0, uint32_t b0)
+{
+    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+                 "{%0,%1,%2,%3};"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+                 : "r"(a0), "r"(0u), "r"(b0));
 }
 
 // ---- sm_90 bulk copies and mbarriers --------------------------------------------------------
@@ -275,6 +297,26 @@ __device__ __forceinline__ void fence_proxy_async()
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
 #endif
+}
+
+// ---- ldmatrix (sm_80) -----------------------------------------------------------------------
+
+// Four 8x8 b16 matrices from shared memory (lanes 8i..8i+7 address matrix i's rows).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
+}
+
+// The same, each matrix transposed.
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *p)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p))
+                 : "memory");
 }
 
 // ---- cp.async (sm_80): global -> shared copies the GEMM family pipelines ---------------------
