@@ -33,6 +33,7 @@ EVIDENCE = (
     "ab-house",
     "generate",
     "tune",
+    "pyq2-bench-27b-whole-h100",  # the whole model on an H100; the page's runs are the H200's
 )  # results NOTES.md cites; no section of the page reads them
 KINDS = (  # the kinds the page reads, with the tool that writes each
     ("pyq2-bench-27b-fused", "`pyq2 bench --synthetic bonsai-2-27b --prompt 2048 --json F`"),
