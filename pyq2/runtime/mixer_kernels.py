@@ -645,8 +645,8 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
         raise ValueError(f"head_dim {d.head_dim} is not a power of two of at least 16")
     _check(out, q_gate, k, v)
     group = d.n_head // d.n_head_kv
-    stream = streams(b, d, k_cache)
-    if stream:
+    in_lib = streams(b, d, k_cache)  # libpq2's kernel, else _attention_partial
+    if in_lib:
         program = STREAM_CHUNK  # cache positions a block of libpq2's kernel attends to
     else:
         chunk, tiles = attention_chunk(b), attention_tiles(b)
@@ -656,7 +656,7 @@ def attention_decode(q_gate: Any, k: Any, v: Any, k_cache: Any, v_cache: Any, po
         raise ValueError(f"span {span} is more than the scratch's context")
     p = pdl(q_gate.device.index)
     bg = max(16, triton.next_power_of_2(group))
-    if stream:
+    if in_lib:
         _attention_prep[(d.n_head_kv, b)](
             q_gate, k, v, k_cache, v_cache, positions, q_norm, k_norm, rope.cos, rope.sin,
             scratch.q, q_gate.stride(0), k.stride(0), v.stride(0),

@@ -154,6 +154,24 @@ def attention_pair(d, batch, context, cache, seed):
     return fast, slow, g
 
 
+def step_inputs(d, batch, g):
+    """A decode step's projections into an attention layer: q_gate, k and v, random."""
+    q_gate = torch.randn(batch, d.n_head * 2 * d.head_dim, generator=g).to(DEV)
+    k = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+    v = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+    return q_gate, k, v
+
+
+def decode_each(layers, q_gate, k, v, pos, span):
+    """Each layer's decode of the same step, into an output poisoned first."""
+    outs = []
+    for m in layers:
+        out = torch.full((q_gate.shape[0], m.d.n_head * m.d.head_dim), float("nan"), device=DEV)
+        m.decode(q_gate, k, v, pos, span, out)
+        outs.append(out)
+    return outs
+
+
 _K = mixer_kernels
 # (positions a tile, tiles a program, warps, cache positions a merge iteration)
 ATTN_PROGRAMS = [
@@ -191,14 +209,8 @@ def test_attention_decode_matches_the_torch_form(
     tol = FP32_TOL if cache == torch.float32 else BF16_TOL
     for step, span in ((0, last + 4), (1, last + 5), (2, context)):
         pos = positions + step
-        q_gate = torch.randn(batch, d.n_head * 2 * d.head_dim, generator=g).to(DEV)
-        k = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
-        v = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
-        outs = []
-        for m in (fast, slow):
-            out = torch.full((batch, d.n_head * d.head_dim), float("nan"), device=DEV)
-            m.decode(q_gate, k, v, pos, span, out)
-            outs.append(out)
+        q_gate, k, v = step_inputs(d, batch, g)
+        outs = decode_each((fast, slow), q_gate, k, v, pos, span)
         torch.cuda.synchronize()
         assert torch.isfinite(outs[0]).all()
         assert rel(outs[0], outs[1]) < tol, step
@@ -238,17 +250,11 @@ def test_attention_decode_through_libpq2_matches_the_torch_form(d):
     positions = torch.tensor(at, device=DEV)
     for step, span in ((0, last + 4), (1, last + 5), (2, context)):
         pos = positions + step
-        q_gate = torch.randn(batch, d.n_head * 2 * d.head_dim, generator=g).to(DEV)
-        k = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
-        v = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+        q_gate, k, v = step_inputs(d, batch, g)
         sc = fast.scratch
         for t in (sc.m, sc.l, sc.acc, sc.q):
             t.fill_(float("nan"))
-        outs = []
-        for m in (fast, slow):
-            out = torch.full((batch, d.n_head * d.head_dim), float("nan"), device=DEV)
-            m.decode(q_gate, k, v, pos, span, out)
-            outs.append(out)
+        outs = decode_each((fast, slow), q_gate, k, v, pos, span)
         torch.cuda.synchronize()
         assert torch.isfinite(outs[0]).all(), step
         assert rel(outs[0], outs[1]) < BF16_TOL, step
@@ -267,15 +273,9 @@ def test_attention_decode_through_libpq2_is_deterministic():
     batch, context = 4, 700
     fast = attention_pair(d, batch, context, torch.bfloat16, seed=3)[0]
     g = torch.Generator(device="cpu").manual_seed(4)
-    q_gate = torch.randn(batch, d.n_head * 2 * d.head_dim, generator=g).to(DEV)
-    k = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
-    v = torch.randn(batch, d.n_head_kv * d.head_dim, generator=g).to(DEV)
+    q_gate, k, v = step_inputs(d, batch, g)
     positions = torch.tensor([10, 300, 511, 650], device=DEV)
-    outs = []
-    for _ in range(2):
-        out = torch.full((batch, d.n_head * d.head_dim), float("nan"), device=DEV)
-        fast.decode(q_gate, k, v, positions, context, out)
-        outs.append(out)
+    outs = decode_each((fast, fast), q_gate, k, v, positions, context)
     torch.cuda.synchronize()
     assert torch.isfinite(outs[0]).all() and torch.equal(outs[0], outs[1])
 

@@ -194,17 +194,18 @@ __global__ void __launch_bounds__(kThreads, 2) attention_decode_kernel(const par
 using kernel_fn = void (*)(const params);
 
 struct instance {
-    int head_dim, stages;
+    int head_dim;
     kernel_fn fn;
     size_t smem;
 };
 
 template <int D, int S> constexpr instance make()
 {
-    return {D, S, attention_decode_kernel<D, S>, smem_bytes<D, S>()};
+    return {D, attention_decode_kernel<D, S>, smem_bytes<D, S>()};
 }
 
-// Three stages where the device's shared memory holds them, else two.
+// Per head width, three stages where the device's shared memory holds them, else two (the first
+// that fits is launched).
 const instance kInstances[] = {
     make<32, 3>(),  make<32, 2>(),  make<64, 3>(),  make<64, 2>(),
     make<128, 3>(), make<128, 2>(), make<256, 3>(), make<256, 2>(),
