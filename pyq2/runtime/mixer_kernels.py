@@ -228,6 +228,19 @@ def _norm_rope(ptr, d, norm_w, cos_row, sin_row, eps, D: tl.constexpr, HALF: tl.
 
 
 @triton.jit
+def _step_qkv(q_gate, k_in, v_in, b, kvh, heads, d, s_qg, s_k, s_v, q_norm, k_norm, cos_row,
+              sin_row, eps, D: tl.constexpr, HALF: tl.constexpr, NROT: tl.constexpr):  # fmt: skip
+    """Sequence b's step inputs of KV head kvh in float32: the queries of `heads` normed and rotated
+    [len(heads), D], the new key normed and rotated and the new value [D]."""
+    q = _norm_rope(q_gate + b * s_qg + heads[:, None] * (2 * D) + d[None, :], d[None, :], q_norm,
+                   cos_row, sin_row, eps, D, HALF, NROT)  # fmt: skip
+    k_new = _norm_rope(k_in + b * s_k + kvh * D + d, d, k_norm, cos_row, sin_row, eps, D, HALF,
+                       NROT)  # fmt: skip
+    v_new = tl.load(v_in + b * s_v + kvh * D + d).to(tl.float32)
+    return q, k_new, v_new
+
+
+@triton.jit
 def _prefetch_l2(ptr):
     """Each pointer's line into L2 (no registers held)."""
     tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [ptr],
@@ -269,11 +282,8 @@ def _attention_partial(
     heads = kvh * G + tl.minimum(g, G - 1)  # rows past the group repeat its last head
     cos_row = cos + pos * HALF
     sin_row = sin + pos * HALF
-    q_ptr = q_gate + b * s_qg + heads[:, None] * (2 * D) + d[None, :]
-    q = _norm_rope(q_ptr, d[None, :], q_norm, cos_row, sin_row, eps, D, HALF, NROT)
-    k_new = _norm_rope(k_in + b * s_k + kvh * D + d, d, k_norm, cos_row, sin_row, eps, D,
-                       HALF, NROT)  # fmt: skip
-    v_new = tl.load(v_in + b * s_v + kvh * D + d).to(tl.float32)
+    q, k_new, v_new = _step_qkv(q_gate, k_in, v_in, b, kvh, heads, d, s_qg, s_k, s_v, q_norm,
+                                k_norm, cos_row, sin_row, eps, D, HALF, NROT)  # fmt: skip
     cache = b * s_cb + kvh * s_ch
     owner = (pos >= base) & (pos < base + TILES * BS)
     dt = k_cache.dtype.element_ty
@@ -348,7 +358,7 @@ def _attention_prep(
 ):  # fmt: skip
     """Program (KV head, sequence) of a step that attends through libpq2's kernel: the group's
     queries normed and rotated into q_out [B, H, D], the new key normed and rotated and the new
-    value into the cache at the sequence's position (_attention_partial's arithmetic)."""
+    value into the cache at the sequence's position (_step_qkv, as _attention_partial)."""
     _dependent(PDL)
     kvh = tl.program_id(0)
     b = tl.program_id(1)
@@ -358,13 +368,10 @@ def _attention_prep(
     heads = kvh * G + tl.minimum(g, G - 1)
     cos_row = cos + pos * HALF
     sin_row = sin + pos * HALF
-    q = _norm_rope(q_gate + b * s_qg + heads[:, None] * (2 * D) + d[None, :], d[None, :], q_norm,
-                   cos_row, sin_row, eps, D, HALF, NROT)  # fmt: skip
+    q, k_new, v_new = _step_qkv(q_gate, k_in, v_in, b, kvh, heads, d, s_qg, s_k, s_v, q_norm,
+                                k_norm, cos_row, sin_row, eps, D, HALF, NROT)  # fmt: skip
     dt = k_cache.dtype.element_ty
     tl.store(q_out + (b * H + heads[:, None]) * D + d[None, :], q.to(dt), mask=(g < G)[:, None])
-    k_new = _norm_rope(k_in + b * s_k + kvh * D + d, d, k_norm, cos_row, sin_row, eps, D, HALF,
-                       NROT)  # fmt: skip
-    v_new = tl.load(v_in + b * s_v + kvh * D + d).to(tl.float32)
     cache = b * s_cb + kvh * s_ch + pos * s_cs
     tl.store(k_cache + cache + d, k_new.to(dt))
     tl.store(v_cache + cache + d, v_new.to(dt))
