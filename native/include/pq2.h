@@ -355,6 +355,10 @@ PQ2_API pq2_status pq2_dequantize_cuda(const pq2_weights *w, void *out, int32_t 
  * they multiply v (fp32 sums). Deterministic: a fixed order of sums. Slots of chunks past
  * positions[b] / chunk are not written. Needs compute capability 8.0 (bf16 mma.sync, ldmatrix,
  * cp.async); a programmatic dependent of the kernel before it (reads after it has finished). */
+#define PQ2_ATTENTION_MIN_HEAD_DIM 32  /* head widths served: the powers of two from ... */
+#define PQ2_ATTENTION_MAX_HEAD_DIM 256 /* ... to this */
+#define PQ2_ATTENTION_MAX_GROUP 8      /* query heads per KV head, at most */
+
 typedef struct pq2_attention_decode {
     int32_t dtype;            /* of q and both caches: PQ2_DTYPE_BF16 (the only one served) */
     const void *q;            /* [batch][n_head][head_dim], contiguous, 16-byte aligned: the queries
@@ -367,10 +371,10 @@ typedef struct pq2_attention_decode {
     float *l;                 /* [batch][n_head][n_chunks]: sum of exp(score - m) */
     float *acc;               /* [batch][n_head][n_chunks][head_dim]: sum of exp(score - m) v */
     int64_t batch;            /* 1..65535 */
-    int64_t n_head;           /* query heads: n_head_kv * group, group 1..8; query head h
-                                 reads KV head h / group */
+    int64_t n_head;           /* query heads: n_head_kv * group, group 1..PQ2_ATTENTION_MAX_GROUP;
+                                 query head h reads KV head h / group */
     int64_t n_head_kv;        /* 1..65535 */
-    int64_t head_dim;         /* 32, 64, 128 or 256 */
+    int64_t head_dim;         /* a power of two, PQ2_ATTENTION_MIN_HEAD_DIM..MAX_HEAD_DIM */
     int64_t stride_b, stride_h, stride_s; /* the caches' element strides: multiples of 8, >= 0;
                                             head_dim <= stride_s, chunk * stride_s < 2^31 */
     int64_t n_chunks; /* slots per (sequence, query head) in m, l and acc: >= chunks */

@@ -528,8 +528,15 @@ def gated_norm_rotate_q8(
     return out
 
 
-ATTENTION_HEAD_DIMS = (32, 64, 128, 256)  # head widths pq2_attention_decode_cuda serves
-ATTENTION_MAX_GROUP = 8  # query heads per KV head, at most
+def attention_serves(head_dim: int, group: int) -> bool:
+    """Whether pq2_attention_decode_cuda serves a head width and a group of query heads per KV
+    head (pq2.h's PQ2_ATTENTION_* limits)."""
+    lib = _native.load()[1]
+    return (
+        lib.PQ2_ATTENTION_MIN_HEAD_DIM <= head_dim <= lib.PQ2_ATTENTION_MAX_HEAD_DIM
+        and head_dim & (head_dim - 1) == 0
+        and 1 <= group <= lib.PQ2_ATTENTION_MAX_GROUP
+    )
 
 
 def attention_decode_partial(

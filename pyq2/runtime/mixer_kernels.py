@@ -624,10 +624,9 @@ def streams(batch: int, dims: Any, cache: Any) -> bool:
     return (
         batch >= STREAM_MIN_BATCH
         and cache.dtype == torch.bfloat16
-        and dims.head_dim in gpu.ATTENTION_HEAD_DIMS
         and rest == 0
-        and 1 <= group <= gpu.ATTENTION_MAX_GROUP
         and _serves(cache.device.index)
+        and gpu.attention_serves(dims.head_dim, group)
     )
 
 

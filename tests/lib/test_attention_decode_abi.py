@@ -89,3 +89,24 @@ def test_a_null_problem_is_refused(native):
     st = lib.pq2_attention_decode_cuda(ffi.NULL, ffi.NULL)
     expected = "PQ2_ERR_NULL_POINTER" if lib.pq2_built_with_cuda() else "PQ2_ERR_NO_CUDA"
     assert ffi.string(lib.pq2_status_name(st)).decode() == expected
+
+
+@pytest.mark.parametrize("head_dim", [16, 32, 48, 64, 128, 256, 512])
+@pytest.mark.parametrize("group", [1, 6, 8, 9])
+def test_attention_serves_agrees_with_the_checks(native, head_dim, group):
+    """pyq2.lib.cuda.attention_serves, which routes a step to the kernel, says yes exactly where
+    the entry point's checks accept the head width and group (a CUDA build). The scale is
+    infinite, a check that comes after theirs: an accepted shape ends there, so nothing launches."""
+    from pyq2.lib.cuda import attention_serves
+
+    ffi, lib = native
+    if not lib.pq2_built_with_cuda():
+        pytest.skip("a build without CUDA answers PQ2_ERR_NO_CUDA before the checks")
+    s = max(256, head_dim)
+    a = problem(ffi, lib, head_dim=head_dim, n_head=4 * group, stride_s=s, stride_h=4096 * s,
+                stride_b=4 * 4096 * s, scale=float("inf"))  # fmt: skip
+    st = lib.pq2_attention_decode_cuda(a, ffi.NULL)
+    name = ffi.string(lib.pq2_status_name(st)).decode()
+    msg = ffi.string(lib.pq2_last_error()).decode()
+    assert name in ("PQ2_ERR_INVALID_ARGUMENT", "PQ2_ERR_UNSUPPORTED", "PQ2_ERR_SHAPE"), msg
+    assert attention_serves(head_dim, group) == (name == "PQ2_ERR_INVALID_ARGUMENT"), msg

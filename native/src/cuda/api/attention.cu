@@ -27,17 +27,21 @@ pq2_status check(const char *fn, const pq2_attention_decode *a)
         return pq2_set_error(PQ2_ERR_UNSUPPORTED,
                              "%s: dtype=%d: attention decode serves bf16 (PQ2_DTYPE_BF16 = 2) only",
                              fn, (int)a->dtype);
-    if (a->head_dim != 32 && a->head_dim != 64 && a->head_dim != 128 && a->head_dim != 256)
-        return pq2_set_error(PQ2_ERR_UNSUPPORTED, "%s: head_dim=%lld is not 32, 64, 128 or 256", fn,
-                             (long long)a->head_dim);
+    if (!in(a->head_dim, PQ2_ATTENTION_MIN_HEAD_DIM, PQ2_ATTENTION_MAX_HEAD_DIM) ||
+        (a->head_dim & (a->head_dim - 1)) != 0)
+        return pq2_set_error(
+            PQ2_ERR_UNSUPPORTED, "%s: head_dim=%lld is not a power of two in %d..%d", fn,
+            (long long)a->head_dim, PQ2_ATTENTION_MIN_HEAD_DIM, PQ2_ATTENTION_MAX_HEAD_DIM);
     if (!in(a->batch, 1, 65535) || !in(a->n_head_kv, 1, 65535))
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: batch=%lld n_head_kv=%lld: each must be 1..65535",
                              fn, (long long)a->batch, (long long)a->n_head_kv);
-    if (a->n_head < a->n_head_kv || a->n_head % a->n_head_kv != 0 || a->n_head / a->n_head_kv > 8)
+    if (a->n_head < a->n_head_kv || a->n_head % a->n_head_kv != 0 ||
+        a->n_head / a->n_head_kv > PQ2_ATTENTION_MAX_GROUP)
         return pq2_set_error(PQ2_ERR_SHAPE,
                              "%s: n_head=%lld n_head_kv=%lld: need n_head = n_head_kv * group "
-                             "with group 1..8",
-                             fn, (long long)a->n_head, (long long)a->n_head_kv);
+                             "with group 1..%d",
+                             fn, (long long)a->n_head, (long long)a->n_head_kv,
+                             PQ2_ATTENTION_MAX_GROUP);
     if (a->chunk < 32 || a->chunk > 65536 || a->chunk % 32 != 0)
         return pq2_set_error(PQ2_ERR_SHAPE, "%s: chunk=%lld is not a multiple of 32 in 32..65536",
                              fn, (long long)a->chunk);

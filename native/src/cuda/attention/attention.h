@@ -10,6 +10,7 @@
 // alone: the launch refuses them).
 pq2_status pq2_attention_init_device(const char *fn, int max_smem_optin);
 
-// Launches the kernel for a checked problem: head_dim 32/64/128/256, group 1..8, bf16.
+// Launches the kernel for a checked problem (api/attention.cu: pq2.h's head widths and groups,
+// bf16).
 pq2_status pq2_attention_launch(const char *fn, const pq2_attention_decode &a, int max_smem_optin,
                                 bool pdl, cudaStream_t stream);

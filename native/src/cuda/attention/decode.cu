@@ -18,9 +18,10 @@
 
 namespace {
 
-constexpr int kTile = 32;     // positions per pipeline stage
-constexpr int kWarps = 4;     // warps per block, kTile / 8 positions each
-constexpr int kMaxGroup = 8;  // query heads per KV head: rows 0-7 of the MMA's A operand
+constexpr int kTile = 32;                           // positions per pipeline stage
+constexpr int kWarps = 4;                           // warps per block, kTile / 8 positions each
+constexpr int kMaxGroup = PQ2_ATTENTION_MAX_GROUP;  // query heads: rows 0-7 of the MMA's A operand
+static_assert(kMaxGroup == 8, "the group's queries fill rows 0-7 of an m16n8k16 A operand");
 constexpr int kThreads = kWarps * 32;
 
 template <int D> __host__ __device__ constexpr int row_bytes()
